@@ -1,0 +1,4 @@
+"""hpcbench: a benchmark and reproduction suite for distributed deep-learning training on
+supercomputers. See README.md; the techniques live in modules named after them."""
+
+__version__ = "0.1.0"

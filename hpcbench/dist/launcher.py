@@ -1,0 +1,174 @@
+"""Driver side: start worker ranks with torchrun and wait for their records.
+
+Locally the workers run under ``torchrun --standalone`` (one node, a free port
+chosen by torchrun); an emulated multi-node layout sets
+``HPCBENCH_EMULATED_NODES`` so that each rank's :class:`Topology` splits the
+local ranks into pretend nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hpcbench.config import Config
+from hpcbench.dist.topology import EMULATED_NODES_ENV
+from hpcbench.errors import ConfigError, LaunchError
+from hpcbench.results import RecordContext, find_record_files
+
+#: Lines a worker prints with this prefix are echoed by the driver as progress.
+PROGRESS_PREFIX = "[hpcbench progress]"
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+@dataclass
+class LaunchResult:
+    """What a finished launch left behind."""
+
+    records: list[Path]
+    log_path: Path
+    wall_s: float
+    world_size: int
+
+
+def _qualname(obj: Callable | type) -> str:
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
+           context: RecordContext, out_dir: str | os.PathLike, tag: str | None = None,
+           backend: str = "auto", timeout_s: float = 1800.0,
+           echo: Callable[[str], None] | None = print) -> LaunchResult:
+    """Run ``entry(config, topology, writer)`` on ``nodes x ranks_per_node`` ranks.
+
+    Args:
+        entry: a module-level function ``(config, topology, writer) -> None``.
+        config: the experiment's validated config; it travels as JSON.
+        nodes, ranks_per_node: the layout; ``nodes > 1`` on one machine is emulated.
+        context: identity columns for the records (run, task, variant...).
+        out_dir: the task's directory; records go to ``out_dir/records``, the
+            workers' combined output to ``out_dir/logs/<tag>.log``.
+        tag: names this launch's files (default: the experiment name).
+        backend: ``auto`` (NCCL when every local rank has a GPU, else gloo), ``gloo`` or ``nccl``.
+        timeout_s: the whole launch is killed after this many seconds.
+        echo: where progress lines go (``None`` for silence).
+
+    Returns:
+        The per-rank records files, the log path and the wall time.
+
+    Raises:
+        LaunchError: when any rank fails or the launch times out; carries the log tail.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"{backend!r} is not one of {list(BACKENDS)}", field="backend")
+    if nodes < 1 or ranks_per_node < 1:
+        raise ConfigError("nodes and ranks_per_node must be >= 1", field="nodes")
+    out_dir = Path(out_dir)
+    tag = tag or context.experiment or "launch"
+    records_dir = out_dir / "records"
+    log_dir = out_dir / "logs"
+    records_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "entry": _qualname(entry),
+        "config_class": _qualname(type(config)),
+        "config": config.to_dict(),
+        "context": json.loads(context.to_json()),
+        "records_dir": str(records_dir.resolve()),
+        "tag": tag,
+        "backend": backend,
+    }
+    spec_path = log_dir / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    log_path = log_dir / f"{tag}.log"
+    world = nodes * ranks_per_node
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+        "--nproc-per-node", str(world), "-m", "hpcbench.dist.worker", str(spec_path.resolve()),
+    ]
+    env = dict(os.environ)
+    env.pop(EMULATED_NODES_ENV, None)
+    if nodes > 1:
+        env[EMULATED_NODES_ENV] = str(nodes)
+    # One thread per rank: with several ranks per core, OpenMP spinning in each
+    # rank would measure the scheduler, not the collective.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    layout = f"{nodes} emulated node(s) x {ranks_per_node}" if nodes > 1 else f"{world} rank(s)"
+    if echo:
+        echo(f"launching {tag}: {layout} with torchrun; log: {log_path}")
+    start = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        seen = 0
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                seen = _echo_progress(log_path, seen, echo)
+                if time.monotonic() - start > timeout_s:
+                    _kill_group(proc)
+                    raise LaunchError(f"{tag}: timed out after {timeout_s:.0f} s", log_path=str(log_path),
+                                      tail=_tail(log_path))
+        except BaseException:
+            _kill_group(proc)
+            raise
+    _echo_progress(log_path, seen, echo)
+    wall = time.monotonic() - start
+    if rc != 0:
+        raise LaunchError(f"{tag}: worker ranks failed (torchrun exit code {rc})", log_path=str(log_path),
+                          tail=_tail(log_path))
+    records = [p for p in find_record_files(records_dir) if p.name.startswith(f"{tag}-rank")]
+    if len(records) != world:
+        raise LaunchError(f"{tag}: expected {world} records files, found {len(records)}",
+                          log_path=str(log_path), tail=_tail(log_path))
+    if echo:
+        echo(f"{tag}: {world} ranks finished in {wall:.1f} s")
+    return LaunchResult(records=records, log_path=log_path, wall_s=wall, world_size=world)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _echo_progress(log_path: Path, seen: int, echo: Callable[[str], None] | None) -> int:
+    """Print new progress lines of the log; return how many bytes were read."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(seen)
+            chunk = fh.read()
+    except FileNotFoundError:
+        return seen
+    end = chunk.rfind(b"\n") + 1  # only whole lines
+    if echo:
+        for line in chunk[:end].decode(errors="replace").splitlines():
+            idx = line.find(PROGRESS_PREFIX)
+            if idx >= 0:
+                echo(line[idx + len(PROGRESS_PREFIX):].strip())
+    return seen + end
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

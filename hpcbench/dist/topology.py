@@ -1,0 +1,124 @@
+"""Where a rank sits: nodes and local ranks, from torchrun, SLURM or an emulation.
+
+The topology is a pure value (no torch import) so that process-group layouts can be
+computed and tested anywhere. On one machine an *emulation* override splits the
+local ranks into pretend nodes (``HPCBENCH_EMULATED_NODES=2`` with 4 ranks gives
+2 nodes x 2 ranks), so that intra-node and inter-node process groups exist and
+their code paths run, even though every byte crosses the same loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Mapping
+
+from hpcbench.errors import ConfigError
+
+EMULATED_NODES_ENV = "HPCBENCH_EMULATED_NODES"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One rank's view of a homogeneous job: ``nodes`` x ``ranks_per_node`` ranks.
+
+    Ranks are numbered node-major (rank = node_rank * ranks_per_node + local_rank),
+    as torchrun and ``srun --distribution=block`` number them.
+    """
+
+    nodes: int
+    ranks_per_node: int
+    rank: int = 0
+    node_name: str = ""
+    emulated: bool = False
+    source: str = "explicit"
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ConfigError(f"{self.nodes} is out of range; allowed: >= 1", field="nodes", config="Topology")
+        if self.ranks_per_node < 1:
+            raise ConfigError(f"{self.ranks_per_node} is out of range; allowed: >= 1",
+                              field="ranks_per_node", config="Topology")
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank} is outside 0..{self.world_size - 1}",
+                              field="rank", config="Topology")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def node_rank(self) -> int:
+        return self.rank // self.ranks_per_node
+
+    @property
+    def local_rank(self) -> int:
+        return self.rank % self.ranks_per_node
+
+    def intra_node_groups(self) -> list[list[int]]:
+        """Ranks sharing a node: ``[[0, 1], [2, 3]]`` for 2 x 2."""
+        r = self.ranks_per_node
+        return [list(range(n * r, (n + 1) * r)) for n in range(self.nodes)]
+
+    def inter_node_groups(self) -> list[list[int]]:
+        """Ranks with the same local rank on every node: ``[[0, 2], [1, 3]]`` for 2 x 2.
+
+        These are the peer groups of hierarchical reduction: each carries 1/ranks_per_node
+        of the data across the node boundary.
+        """
+        r = self.ranks_per_node
+        return [[n * r + lr for n in range(self.nodes)] for lr in range(r)]
+
+    def groups(self, kind: str) -> list[list[int]]:
+        """Rank lists for ``world``, ``intra_node`` or ``inter_node``."""
+        if kind == "world":
+            return [list(range(self.world_size))]
+        if kind == "intra_node":
+            return self.intra_node_groups()
+        if kind == "inter_node":
+            return self.inter_node_groups()
+        raise ConfigError(f"unknown group kind {kind!r}; valid: {list(GROUP_KINDS)}", field="groups")
+
+    def describe(self) -> str:
+        how = "emulated " if self.emulated else ""
+        return f"{self.nodes} {how}node(s) x {self.ranks_per_node} rank(s) = {self.world_size} ranks ({self.source})"
+
+    # -- construction from a launcher's environment ---------------------------
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Topology":
+        """Read the topology a launcher gave this process.
+
+        Order: the emulation override, then torchrun's variables (``RANK``,
+        ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``), then SLURM's (``SLURM_PROCID``,
+        ``SLURM_NTASKS``, ``SLURM_NNODES``), else a single process.
+        """
+        env = os.environ if env is None else env
+        host = env.get("SLURMD_NODENAME") or socket.gethostname()
+        if "RANK" in env and "WORLD_SIZE" in env:
+            rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+            emulated = int(env.get(EMULATED_NODES_ENV, "0") or 0)
+            if emulated:
+                if world % emulated:
+                    raise ConfigError(f"{world} ranks cannot be split into {emulated} equal nodes",
+                                      field=EMULATED_NODES_ENV, config="Topology")
+                per = world // emulated
+                return cls(nodes=emulated, ranks_per_node=per, rank=rank,
+                           node_name=f"{host}/node{rank // per}", emulated=True, source="emulated")
+            per = int(env.get("LOCAL_WORLD_SIZE", world))
+            if world % per:
+                raise ConfigError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={per}; "
+                                  "hpcbench needs the same number of ranks on every node",
+                                  field="LOCAL_WORLD_SIZE", config="Topology")
+            return cls(nodes=world // per, ranks_per_node=per, rank=rank, node_name=host, source="torchrun")
+        if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+            rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+            nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
+            if world % nodes:
+                raise ConfigError(f"SLURM_NTASKS={world} is not a multiple of SLURM_NNODES={nodes}",
+                                  field="SLURM_NTASKS", config="Topology")
+            return cls(nodes=nodes, ranks_per_node=world // nodes, rank=rank, node_name=host, source="slurm")
+        return cls(nodes=1, ranks_per_node=1, rank=0, node_name=host, source="single")
+
+
+GROUP_KINDS = ("world", "intra_node", "inter_node")

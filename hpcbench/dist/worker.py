@@ -1,0 +1,77 @@
+"""Worker side: one rank. ``python -m hpcbench.dist.worker SPEC.json`` under torchrun or srun.
+
+Initialises the process group (gloo on CPU, NCCL on GPU), builds the config and
+the topology, calls the entry point, and always writes the rank's records file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+from hpcbench.dist.launcher import PROGRESS_PREFIX
+from hpcbench.dist.topology import Topology
+from hpcbench.results import RecordContext, RecordWriter
+
+
+def _resolve(qualname: str):
+    module, _, attr = qualname.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_backend(requested: str, ranks_per_node: int) -> str:
+    """``auto`` means NCCL when this node has a GPU for every local rank, else gloo."""
+    import torch
+
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available() and torch.cuda.device_count() >= ranks_per_node:
+        return "nccl"
+    return "gloo"
+
+
+def progress(message: str) -> None:
+    """Print a progress line that the driver echoes (rank 0 only, to keep it readable)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"{PROGRESS_PREFIX} {message}", flush=True)
+
+
+def main(spec_path: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    spec = json.loads(Path(spec_path).read_text())
+    topo = Topology.from_env()
+    config = _resolve(spec["config_class"]).from_dict(spec["config"])
+    entry = _resolve(spec["entry"])
+    backend = resolve_backend(spec["backend"], topo.ranks_per_node)
+    if backend == "nccl":
+        torch.cuda.set_device(topo.local_rank)
+    context = RecordContext(**spec["context"]).for_rank(
+        node=topo.node_name, rank=topo.rank, world_size=topo.world_size)
+    path = Path(spec["records_dir"]) / f"{spec['tag']}-rank{topo.rank:05d}.parquet"
+    writer = RecordWriter(path, context)
+    writer.add("backend", None, "", text=backend)
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=300),
+                            **({"device_id": torch.device("cuda", topo.local_rank)} if backend == "nccl" else {}))
+    try:
+        entry(config, topo, writer)
+        return 0
+    except Exception:
+        print(f"[rank {topo.rank} on {topo.node_name}] failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        writer.close()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
