@@ -166,9 +166,26 @@ def _echo_progress(log_path: Path, seen: int, echo: Callable[[str], None] | None
     return seen + end
 
 
+#: The worker prints this before a failing rank's traceback (see worker.main).
+FAILURE_MARKER = "[hpcbench rank failure]"
+
+
 def _tail(path: Path, lines: int = 40) -> str:
+    """The first failing rank's traceback when the log has one, else the last lines.
+
+    torchrun ends a failed run with its own summary, which would push the
+    traceback that says what went wrong out of a plain tail.
+    """
     try:
-        text = path.read_text(errors="replace")
+        text = path.read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    for i, line in enumerate(text):
+        if FAILURE_MARKER in line:
+            block = [line]
+            for nxt in text[i + 1:i + lines]:
+                if FAILURE_MARKER in nxt:
+                    break
+                block.append(nxt)
+            return "\n".join(block)
+    return "\n".join(text[-lines:])

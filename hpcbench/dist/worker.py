@@ -14,7 +14,7 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from hpcbench.dist.launcher import PROGRESS_PREFIX
+from hpcbench.dist.launcher import FAILURE_MARKER, PROGRESS_PREFIX
 from hpcbench.dist.topology import Topology
 from hpcbench.results import RecordContext, RecordWriter
 
@@ -45,32 +45,39 @@ def progress(message: str) -> None:
 
 
 def main(spec_path: str) -> int:
-    import torch
-    import torch.distributed as dist
-
-    spec = json.loads(Path(spec_path).read_text())
+    """Run one rank; return its exit code. Any failure prints a marked traceback."""
     topo = Topology.from_env()
-    config = _resolve(spec["config_class"]).from_dict(spec["config"])
-    entry = _resolve(spec["entry"])
-    backend = resolve_backend(spec["backend"], topo.ranks_per_node)
-    if backend == "nccl":
-        torch.cuda.set_device(topo.local_rank)
-    context = RecordContext(**spec["context"]).for_rank(
-        node=topo.node_name, rank=topo.rank, world_size=topo.world_size)
-    path = Path(spec["records_dir"]) / f"{spec['tag']}-rank{topo.rank:05d}.parquet"
-    writer = RecordWriter(path, context)
-    writer.add("backend", None, "", text=backend)
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=300),
-                            **({"device_id": torch.device("cuda", topo.local_rank)} if backend == "nccl" else {}))
+    writer = None
     try:
-        entry(config, topo, writer)
+        import torch
+        import torch.distributed as dist
+
+        spec = json.loads(Path(spec_path).read_text())
+        config = _resolve(spec["config_class"]).from_dict(spec["config"])
+        entry = _resolve(spec["entry"])
+        backend = resolve_backend(spec["backend"], topo.ranks_per_node)
+        context = RecordContext(**spec["context"]).for_rank(
+            node=topo.node_name, rank=topo.rank, world_size=topo.world_size)
+        path = Path(spec["records_dir"]) / f"{spec['tag']}-rank{topo.rank:05d}.parquet"
+        writer = RecordWriter(path, context)
+        writer.add("backend", None, "", text=backend)
+        extra = {}
+        if backend == "nccl":
+            torch.cuda.set_device(topo.local_rank)
+            extra["device_id"] = torch.device("cuda", topo.local_rank)
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=300), **extra)
+        try:
+            entry(config, topo, writer)
+        finally:
+            dist.destroy_process_group()
         return 0
     except Exception:
-        print(f"[rank {topo.rank} on {topo.node_name}] failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        print(f"{FAILURE_MARKER} rank {topo.rank} on {topo.node_name}:\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
         return 1
     finally:
-        writer.close()
-        dist.destroy_process_group()
+        if writer is not None:
+            writer.close()
 
 
 if __name__ == "__main__":
