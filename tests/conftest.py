@@ -44,3 +44,42 @@ def chromium() -> str:
 @pytest.fixture(scope="session")
 def python_exe() -> str:
     return sys.executable
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+class RenderedPage:
+    """What headless Chromium made of a page: screenshot contrast, console errors, the DOM."""
+
+    def __init__(self, pixel_std: float, js_errors: list[str], dom: str, screenshot: Path):
+        self.pixel_std = pixel_std
+        self.js_errors = js_errors
+        self.dom = dom
+        self.screenshot = screenshot
+
+
+def render_in_chromium(exe: str, html: Path, tmp_path: Path, size: str = "1200,900") -> RenderedPage:
+    """Open ``html`` in headless Chromium: screenshot, console errors (``--v=1`` logs
+    every console message, uncaught exceptions as ``"Uncaught ..."``) and the DOM."""
+    import subprocess
+
+    import matplotlib.image
+
+    url = Path(html).resolve().as_uri()
+    png = tmp_path / "screenshot.png"
+
+    def run(profile: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([exe, *CHROMIUM_FLAGS, f"--window-size={size}",
+                               f"--user-data-dir={tmp_path / profile}", *args, url],
+                              capture_output=True, text=True, timeout=90)
+
+    shot = run("profile-shot", f"--screenshot={png}", "--enable-logging=stderr", "--v=1")
+    assert png.is_file(), shot.stderr[-2000:]
+    pixels = matplotlib.image.imread(png)
+    errors = [line for line in shot.stderr.splitlines()
+              if "Uncaught" in line or ("CONSOLE" in line and "error" in line.lower())]
+    dom = run("profile-dom", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return RenderedPage(float(pixels[..., :3].std()), errors, dom.stdout, png)

@@ -39,7 +39,19 @@ class LaunchResult:
 
 
 def _qualname(obj: Callable | type) -> str:
-    return f"{obj.__module__}:{obj.__qualname__}"
+    """``module:name`` that a worker process can import.
+
+    A script run with ``python -m pkg.mod`` defines its objects in ``__main__``;
+    the worker must import ``pkg.mod`` instead.
+    """
+    module = obj.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None:
+            raise ConfigError(f"{obj.__qualname__} is defined in a script; workers can only import "
+                              "functions from modules (run it with python -m)", field="entry")
+        module = spec.name
+    return f"{module}:{obj.__qualname__}"
 
 
 def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,

@@ -1,0 +1,320 @@
+"""Build the one-file HTML report of one or more run directories.
+
+``build_report`` checks the run directories, starts (or joins) a dask cluster,
+aggregates the records there (:mod:`hpcbench.report.aggregate`), evaluates the
+claims ledger per source, asks each experiment's presenter for its sections and
+renders ``template.html`` with jinja2 (autoescape on: every string that comes from
+a config, a record, a status file or a notebook is escaped; nothing is marked safe).
+Plots are inline base64 PNGs and the CSS is inline, so ``index.html`` is self-contained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.resources
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import jinja2
+import pandas as pd
+
+from hpcbench.errors import HpcbenchError
+from hpcbench.report.aggregate import Aggregate, Source, aggregate, load_sources
+from hpcbench.report.presenters import (PRESENTERS, Cell, ExperimentData, Section, Table, fmt_number,
+                                        presenter_for, slug)
+from hpcbench.results import COLUMNS, empty_frame
+
+#: Experiments shown first, in this order; the others follow alphabetically.
+EXPERIMENT_ORDER = ("environment", "collectives")
+
+
+def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, scheduler: str | None = None,
+                 files_per_partition: int = 25, title: str | None = None,
+                 progress: Callable[[str], None] = print) -> Path:
+    """Write ``out_dir/index.html``, the report of ``run_dirs`` side by side.
+
+    Args:
+        run_dirs: run directories; each is one source (labelled by its run id, or its name).
+        out_dir: where ``index.html`` goes (created).
+        scheduler: address of a running dask scheduler to use; None starts a local
+            cluster for the duration of the call.
+        files_per_partition: records files read by one dask task.
+        title: the page title (default: names the sources).
+        progress: receives short progress lines.
+
+    Returns:
+        The path of ``index.html``.
+
+    Raises:
+        HpcbenchError: a run directory is missing or is not a directory (before any
+            cluster is started), or the scheduler cannot be reached.
+    """
+    sources = load_sources(run_dirs)
+    if files_per_partition < 1:
+        raise HpcbenchError(f"files_per_partition must be >= 1, got {files_per_partition}")
+    out = Path(out_dir)
+    claims = _claims_api()
+    raw_experiments = _raw_experiments(claims)
+    with _dask_client(scheduler) as client:
+        agg = aggregate(sources, client, files_per_partition, raw_experiments=raw_experiments,
+                        progress=progress)
+    html = render(agg, claims=claims, title=title)
+    out.mkdir(parents=True, exist_ok=True)
+    index = out / "index.html"
+    progress(f"report: writing {index}")
+    index.write_text(html, encoding="utf-8")
+    return index
+
+
+@contextlib.contextmanager
+def _dask_client(scheduler: str | None) -> Iterator[Any]:
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="20s", set_as_default=False)
+        except (OSError, TimeoutError) as exc:
+            raise HpcbenchError(f"cannot reach the dask scheduler {scheduler}: {exc}") from None
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    # Threads in this process: starts in ~0.1 s, needs no __main__ guard in the
+    # caller and no pickling; reading Parquet releases the GIL, so 2 workers overlap.
+    with warnings.catch_warnings():
+        # The scheduler's HTTP server falls back to a free port when 8787 is taken.
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
+    with cluster, Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+# -- the claims ledger -----------------------------------------------------------
+
+class _Claims:
+    def __init__(self, evaluate: Callable[[pd.DataFrame], list] | None, verdicts: Sequence[str],
+                 problem: str | None):
+        self.evaluate = evaluate
+        self.verdicts = tuple(verdicts)
+        self.problem = problem
+
+
+def _claims_api() -> _Claims:
+    try:
+        from hpcbench.claims import VERDICTS, evaluate_claims
+    except ImportError as exc:
+        if getattr(exc, "name", None) not in (None, "hpcbench.claims"):
+            raise  # a dependency of claims.py is missing: that is a bug to see
+        return _Claims(None, (), f"the claims module is not available ({exc})")
+    return _Claims(evaluate_claims, VERDICTS, None)
+
+
+def _raw_experiments(claims: _Claims) -> list[str] | None:
+    """Experiments whose raw rows come back: those of the presenters that ask, and the claims'.
+
+    The claims' experiments are learnt by evaluating them on no records (each ledger
+    row names its experiment); None (all raw rows) when that does not tell.
+    """
+    wanted = {name for name in PRESENTERS if PRESENTERS.get(name).raw_rows}
+    if claims.evaluate is None:
+        return sorted(wanted)
+    try:
+        rows = claims.evaluate(empty_frame())
+    except Exception:  # noqa: BLE001 - any failure just means "bring everything"
+        return None
+    for row in rows:
+        names = str(getattr(row, "experiment", "") or "")
+        wanted.update(n for n in names.replace(";", ",").replace(" ", ",").split(",") if n)
+    return sorted(wanted)
+
+
+def _verdict_tone(verdict: str) -> str:
+    v = verdict.lower()
+    if "not measured" in v or "pending" in v:
+        return "open"
+    if any(k in v for k in ("refut", "contradict", "fail", "wrong", "not reproduced", "does not hold")):
+        return "bad"
+    if any(k in v for k in ("partial", "inconclusive", "mixed", "unclear", "differs", "caveat")):
+        return "warn"
+    if any(k in v for k in ("confirm", "support", "reproduced", "holds", "agree", "consistent", "pass")):
+        return "good"
+    return "neutral"
+
+
+def _verdict_cell(verdict: str, prefix: str = "") -> Cell:
+    return Cell(f"{prefix}{verdict}", f"verdict verdict-{slug(verdict)} tone-{_verdict_tone(verdict)}")
+
+
+def _value_text(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return fmt_number(value)
+    return str(value)
+
+
+def ledger_section(agg: Aggregate, claims: _Claims) -> Section:
+    """The claims ledger: every claim, measured values per source, one verdict per claim."""
+    labels = agg.labels
+    section = Section(title="Claims ledger", id="claims")
+    if claims.problem:
+        section.notes.append(Cell(claims.problem, "warn"))
+    per_source: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    first: dict[str, Any] = {}
+    for label in labels:
+        if claims.evaluate is None:
+            break
+        records = agg.records_by_source.get(label)
+        if records is None:
+            records = empty_frame()
+        try:
+            rows = claims.evaluate(records[COLUMNS])
+        except Exception as exc:  # noqa: BLE001 - the report shows the failure and goes on
+            section.notes.append(Cell(f"{label}: evaluating the claims failed: {type(exc).__name__}: {exc}", "fail"))
+            continue
+        per_source[label] = {}
+        for row in rows:
+            cid = str(row.claim_id)
+            per_source[label][cid] = row
+            if cid not in first:
+                first[cid] = row
+                order.append(cid)
+    several = len(labels) > 1
+    measured_cols = [f"measured here ({s})" for s in labels] if several else ["measured here"]
+    columns = ["claim", "section", "claimed", *measured_cols, "predicted at the guide's scale", "verdict"]
+    rows = []
+    for cid in order:
+        row = first[cid]
+        by_src = [per_source.get(s, {}).get(cid) for s in labels]
+        predicted = list(dict.fromkeys(_value_text(r.predicted) for r in by_src if r is not None))
+        verdicts = [(s, str(r.verdict)) for s, r in zip(labels, by_src) if r is not None]
+        if len({v for _, v in verdicts}) <= 1:
+            verdict_parts = [_verdict_cell(verdicts[0][1])] if verdicts else []
+        else:
+            verdict_parts = [_verdict_cell(v, f"{s}: ") for s, v in verdicts]
+        details = list(dict.fromkeys(str(r.detail) for r in by_src if r is not None and r.detail))
+        verdict_parts += [Cell(d, "detail") for d in details]
+        rows.append([
+            Cell(parts=(Cell(cid, "claim-id"), Cell(str(row.wording or "")))),
+            Cell(str(row.section or "")),
+            Cell(_value_text(row.claimed)),
+            *(Cell(_value_text(r.measured) if r is not None else "–") for r in by_src),
+            Cell(" / ".join(predicted) or "–"),
+            Cell(parts=tuple(verdict_parts)),
+        ])
+    section.tables.append(Table(columns=columns, rows=rows, id="claims-ledger",
+                                caption=f"{len(rows)} claims"))
+    return section
+
+
+# -- the other sections ----------------------------------------------------------
+
+def failed_tasks_section(agg: Aggregate) -> Section:
+    failed = [t for t in agg.tasks if t.state not in ("done", "pending", "running")]
+    section = Section(title="Failed tasks", id="failed-tasks")
+    if not failed:
+        section.notes.append(Cell("no task failed", "ok"))
+        return section
+    rows = []
+    for t in failed:
+        notebook = Cell("–")
+        if t.notebook is not None:
+            path = t.notebook.resolve()
+            # Built from a resolved path, the link can only be a file: URL.
+            notebook = Cell(str(t.notebook), href=path.as_uri())
+        rows.append([Cell(t.source), Cell(t.task_id), Cell(t.experiment), Cell(t.variant), Cell(t.state),
+                     Cell(t.error or "", "error"), notebook])
+    section.tables.append(Table(columns=["source", "task", "experiment", "variant", "state", "error", "notebook"],
+                                rows=rows, id="failed-tasks-table", row_classes=["fail"] * len(rows)))
+    return section
+
+
+def unreadable_section(agg: Aggregate) -> Section:
+    section = Section(title="Unreadable inputs", id="unreadable")
+    if not agg.unreadable:
+        section.notes.append(Cell("every input was readable", "ok"))
+        return section
+    rows = [[Cell(u.path), Cell(u.reason, "error")] for u in agg.unreadable]
+    section.tables.append(Table(columns=["path", "reason"], rows=rows, id="unreadable-inputs",
+                                row_classes=["fail"] * len(rows)))
+    return section
+
+
+def runs_table(sources: list[Source]) -> Table:
+    columns = ["source", "run id", "suite", "created", "host", "backend", "hpcbench", "tasks done",
+               "tasks failed", "other tasks", "records files", "run directory"]
+    rows = []
+    for s in sources:
+        info = s.info
+        other = len(s.tasks) - s.count("done") - s.count("failed")
+        rows.append([Cell(s.label), *(Cell(str(info.get(k) or "–")) for k in
+                                      ("run_id", "suite", "created", "host", "backend", "hpcbench_version")),
+                     Cell(str(s.count("done"))), Cell(str(s.count("failed")), "fail" if s.count("failed") else ""),
+                     Cell(str(other)), Cell(str(len(s.files))), Cell(str(s.run_dir))])
+    return Table(columns=columns, rows=rows, id="runs")
+
+
+def experiment_sections(agg: Aggregate) -> list[Section]:
+    names = agg.experiments()
+    names = [n for n in EXPERIMENT_ORDER if n in names] + [n for n in names if n not in EXPERIMENT_ORDER]
+    sections: list[Section] = []
+    for name in names:
+        presenter = presenter_for(name)
+        raw = None
+        if presenter.raw_rows:
+            parts = [frame[frame["experiment"] == name].assign(source=label)
+                     for label, frame in agg.records_by_source.items()]
+            raw = pd.concat(parts, ignore_index=True) if parts else None
+        data = ExperimentData(experiment=name, sources=agg.labels, stats=agg.experiment_stats(name),
+                              text=agg.experiment_text(name), raw=raw)
+        try:
+            sections += presenter.present(data)
+        except Exception as exc:  # noqa: BLE001 - one broken presenter must not hide the rest
+            sections.append(Section(title=f"Experiment: {name}", id=f"exp-{slug(name)}",
+                                    notes=[Cell(f"presenting failed: {type(exc).__name__}: {exc}", "fail")]))
+    return sections
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hpcbench")
+    except Exception:  # noqa: BLE001 - not installed: running from a checkout
+        return "unknown"
+
+
+def _template() -> jinja2.Template:
+    text = importlib.resources.files("hpcbench.report").joinpath("template.html").read_text(encoding="utf-8")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(text)
+
+
+def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None = None) -> str:
+    """The report page as a string."""
+    claims = claims or _claims_api()
+    sections = [ledger_section(agg, claims), failed_tasks_section(agg), unreadable_section(agg),
+                *experiment_sections(agg)]
+    counts = {state: sum(1 for t in agg.tasks if t.state == state) for state in ("done", "failed")}
+    counts["other"] = len(agg.tasks) - counts["done"] - counts["failed"]
+    created = sorted({str(s.info["created"]) for s in agg.sources if s.info.get("created")})
+    return _template().render(
+        title=title or "hpcbench report: " + ", ".join(agg.labels),
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        version=_version(),
+        sources=agg.labels,
+        created=", ".join(created) or "–",
+        counts=counts,
+        runs=runs_table(agg.sources),
+        sections=sections,
+        n_series=len(agg.stats),
+        n_unreadable=len(agg.unreadable),
+    )
+
+
+__all__ = ["build_report", "render", "ledger_section"]
