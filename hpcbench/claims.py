@@ -32,6 +32,7 @@ import pandas as pd
 from hpcbench.errors import HpcbenchError
 from hpcbench.metrics import LINK_PEAKS_GBPS
 from hpcbench.registry import Registry
+from hpcbench.units import format_bytes, format_gbps
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "context", "not measured yet")
 NOT_MEASURED = "not measured yet"
@@ -116,25 +117,6 @@ def ledger_row(claim: Claim, verdict: str, measured: str, detail: str) -> Ledger
 
 
 # -- formatting ---------------------------------------------------------------------
-
-def format_gbps(value: float) -> str:
-    """A bandwidth in GB/s with about three significant digits: ``"1.23 GB/s"``."""
-    if not math.isfinite(value):
-        return "n/a"
-    if abs(value) >= 100:
-        return f"{value:,.0f} GB/s"
-    if abs(value) >= 1:
-        return f"{value:.2f} GB/s"
-    return f"{value:.3g} GB/s"
-
-
-def format_bytes(size: float) -> str:
-    """A message size in binary units: ``4194304 -> "4 MiB"``, ``1536 -> "1.5 KiB"``."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.3g} {unit}"
-    return f"{size:.0f} B"
-
 
 def gain_percent(base: float, new: float) -> float:
     """Relative gain of ``new`` over ``base`` in percent."""

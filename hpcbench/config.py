@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from hpcbench.errors import ConfigError
 
-__all__ = ["Config", "ByteSize", "param", "parse_bytes", "format_bytes"]
+__all__ = ["Config", "ByteSize", "param", "parse_bytes"]
 
 
 class ByteSize(int):
@@ -63,15 +63,6 @@ def parse_bytes(text: str | int) -> int:
     if not value.is_integer():
         raise ValueError(f"not a whole number of bytes: {text!r}")
     return int(value)
-
-
-def format_bytes(n: int) -> str:
-    """1048576 -> ``"1M"``; sizes that are not whole binary units stay in bytes."""
-    for unit in ("T", "G", "M", "K"):
-        scale = _BYTE_UNITS[unit]
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)
 
 
 def param(default: Any, doc: str, *, min: float | None = None, max: float | None = None,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcbench import claims
+from hpcbench import claims, units
 from hpcbench.claims import (CLAIMS, NO_VALUE, VERDICT_RULES, VERDICTS, ClaimError,
                              evaluate_claim, evaluate_claims, get_claim)
 from hpcbench.errors import HpcbenchError
@@ -195,7 +195,7 @@ def test_claims_module_does_not_import_torch():
 
 
 def test_format_gbps_readable():
-    assert claims.format_gbps(1.234) == "1.23 GB/s"
-    assert claims.format_gbps(0.01234) == "0.0123 GB/s"
-    assert claims.format_gbps(123.4) == "123 GB/s"
-    assert claims.format_bytes(4 << 20) == "4 MiB"
+    assert units.format_gbps(1.234) == "1.23 GB/s"
+    assert units.format_gbps(0.01234) == "0.0123 GB/s"
+    assert units.format_gbps(123.4) == "123 GB/s"
+    assert units.format_bytes(4 << 20) == "4 MiB"

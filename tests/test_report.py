@@ -23,7 +23,8 @@ import pytest
 from hpcbench.errors import HpcbenchError
 from hpcbench.metrics import busbw
 from hpcbench.report import aggregate, build_report, render
-from hpcbench.report.presenters import PRESENTERS, fmt_bytes
+from hpcbench.report.presenters import PRESENTERS
+from hpcbench.units import format_bytes
 from hpcbench.results import RecordContext, RecordWriter
 
 from conftest import render_in_chromium
@@ -345,7 +346,7 @@ def test_claims_ledger_per_source(agg, monkeypatch):
 
 def test_default_presenter_and_registry():
     assert {"collectives", "environment"} <= set(PRESENTERS.names())
-    assert fmt_bytes(4 << 20) == "4 MiB" and fmt_bytes(1020) == "1,020 B"
+    assert format_bytes(4 << 20) == "4 MiB" and format_bytes(1020) == "1,020 B"
 
 
 def test_local_cluster_path(tmp_path):

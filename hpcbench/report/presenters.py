@@ -20,6 +20,7 @@ import pandas as pd
 
 from hpcbench.registry import Registry
 from hpcbench.report.aggregate import label_keys
+from hpcbench.units import format_bytes
 
 
 # -- the document model ----------------------------------------------------------
@@ -114,19 +115,6 @@ def fmt_number(value: object, digits: int = 4) -> str:
     if x == int(x) and abs(x) < 1e15:
         return str(int(x))
     return f"{x:.{digits}g}"
-
-
-def fmt_bytes(value: object) -> str:
-    """Binary sizes as nccl-tests sizes are given (1K = 1024 B)."""
-    try:
-        n = int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return str(value)
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    # Sizes rounded down to a multiple of nranks x element size are shown exactly.
-    return f"{n:,} B"
 
 
 def _label_text(labels: str) -> str:
@@ -240,7 +228,7 @@ def present_collectives(data: ExperimentData) -> list[Section]:
                   key=lambda k: (_rank(k[0], OP_ORDER), _rank(k[1].split("[")[0], GROUP_ORDER), k[1], k[2]))
     rows = []
     for op, group, size in keys:
-        row = [Cell(op), Cell(group), Cell(fmt_bytes(size))]
+        row = [Cell(op), Cell(group), Cell(format_bytes(size))]
         for src, var in pairs:
             b = _lookup(busbw, (src, var, op, group, size), "p50")
             t = _lookup(time, (src, var, op, group, size), "p99")
@@ -305,7 +293,7 @@ def _failure_table(stats: pd.DataFrame, sources: Sequence[str]) -> Table | None:
     for rec in checks.to_dict("records"):
         failed = int(round((1.0 - rec["mean"]) * rec["n"]))
         rows.append([Cell(str(rec["source"])), Cell(str(rec["variant"])), Cell(str(rec["op"])),
-                     Cell(str(rec["group_name"])), Cell(fmt_bytes(rec["size_bytes"])),
+                     Cell(str(rec["group_name"])), Cell(format_bytes(rec["size_bytes"])),
                      Cell(f"{failed} of {rec['n']} checks wrong")])
     return Table(columns=["source", "variant", "op", "group", "size", "result"], rows=rows,
                  caption="Correctness failures", id="collectives-failures",
