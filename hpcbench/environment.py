@@ -394,15 +394,27 @@ _SLURM_ENV = (("job_id", "SLURM_JOB_ID"), ("job_nodelist", "SLURM_JOB_NODELIST")
               ("job_num_nodes", "SLURM_JOB_NUM_NODES"))
 
 
+# Client commands need a reachable slurm.conf even for --version (outside a
+# configured cluster they exit 1), while ``slurmd -V`` answers from the binary.
+_SLURM_VERSION_COMMANDS = (("sinfo", "--version"), ("slurmd", "-V"), ("srun", "--version"))
+
+
 @collector("slurm", "slurm")
 def collect_slurm(probe: Probe) -> list[InventoryItem]:
-    """``sinfo --version`` and, inside a job, its id, node list and node count."""
-    try:
-        out = probe.run("sinfo", "--version")
-        version = probe.unavailable() if out is None else _first_line(out).removeprefix("slurm").strip()
-    except CommandError as exc:
-        version = f"error: {exc}"
-    items = [_text("slurm", "version", version, "sinfo --version")]
+    """SLURM's version (``sinfo --version``, else ``slurmd -V``) and, inside a job, its id and nodes."""
+    version, source, first_error = None, "sinfo --version", None
+    for argv in _SLURM_VERSION_COMMANDS:
+        try:
+            out = probe.run(*argv)
+        except CommandError as exc:
+            first_error = first_error or exc
+            continue
+        if out is not None:
+            version, source = _first_line(out).removeprefix("slurm-wlm").removeprefix("slurm").strip(), " ".join(argv)
+            break
+    if version is None:
+        version = f"error: {first_error}" if first_error else probe.unavailable()
+    items = [_text("slurm", "version", version, source)]
     for name, var in _SLURM_ENV:
         value = probe.env.get(var)
         if name == "job_num_nodes" and value is not None and value.strip().isdigit():

@@ -185,6 +185,21 @@ def test_failing_and_hanging_commands_become_errors(tmp_path):
     assert items["toolchain.ompi_info"].value == ABSENT
 
 
+def test_unconfigured_slurm_client_falls_back_to_slurmd(tmp_path):
+    # Outside a configured cluster `sinfo --version` exits 1 ("Could not establish a
+    # configuration source"); `slurmd -V` still knows the installed version.
+    failing = tmp_path / "fail"
+    failing.mkdir()
+    sinfo_dir = fake_bin(failing, {"sinfo": COMMANDS / "sinfo.txt"}, status=1)
+    slurmd_out = tmp_path / "slurmd.txt"
+    slurmd_out.write_text("slurm-wlm 22.05.8\n")
+    slurmd_dir = fake_bin(tmp_path, {"slurmd": slurmd_out})
+    cfg = EnvironmentConfig(sysfs_root=str(tmp_path))
+    items = by_metric(collect_inventory(cfg, env={"PATH": f"{sinfo_dir}:{slurmd_dir}"}, collectors=["slurm"]))
+    assert items["slurm.version"].value == "22.05.8"
+    assert items["slurm.version"].source == "slurmd -V"
+
+
 @pytest.mark.parametrize("fixture, expected", [
     ("mpirun-openmpi.txt", "Open MPI 4.1.5"),
     ("ompi_info.txt", "Open MPI 4.1.5"),

@@ -18,7 +18,7 @@ def test_demo_suite_is_shipped_and_expands():
     assert ids[0] == "environment.default.r0"
     assert "collectives.two_nodes_2x2.r1" in ids
     spec = next(t for t in suite.tasks if t.task_id == "collectives.two_nodes_2x2.r0")
-    assert spec.params["nodes"] == 2 and spec.params["max_bytes"] == 1 << 20  # "1M" resolved
+    assert spec.params["nodes"] == 2 and spec.params["max_bytes"] == 4 << 20  # "4M" resolved
 
 
 @pytest.mark.parametrize("data,needle", [
