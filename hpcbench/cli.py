@@ -3,8 +3,10 @@
     hpcbench list                                  experiments, their claims and needs; shipped suites
     hpcbench params EXPERIMENT                     an experiment's parameters, defaults and allowed values
     hpcbench run EXPERIMENT [-p key=value ...]     one task, the same way a suite runs it
-    hpcbench suite SUITE [--backend local] [--out results/] [--jobs N]
+    hpcbench suite SUITE [--backend local|slurm] [--out results/] [--jobs N]
+    hpcbench suite resume RUN_DIR                  rerun only the failed or missing tasks
     hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS]
+    hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
 
 Exit codes: 0 success, 1 some task failed, 2 bad input (the message names it).
 """
@@ -52,18 +54,35 @@ def cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backend_options(args: argparse.Namespace) -> dict:
+    from hpcbench.slurm_backend import SBATCH_OPTIONS
+
+    opts = {k: getattr(args, k) for k in SBATCH_OPTIONS if getattr(args, k, None)}
+    if getattr(args, "sbatch_arg", None):
+        opts["sbatch_args"] = list(args.sbatch_arg)
+    return opts
+
+
+def _summary(statuses, run_dir: Path) -> int:
+    failed = [s for s in statuses if s.state != "done"]
+    print(f"{len(statuses) - len(failed)} task(s) done, {len(failed)} failed; run dir: {run_dir}")
+    for s in failed:
+        log = f"; job log: {s.batch_log}" if s.batch_log else ""
+        print(f"  FAILED {s.task_id}: {s.error}  (notebook: {run_dir / 'tasks' / s.task_id / s.notebook}{log})")
+    if failed:
+        print(f"rerun only these: hpcbench suite resume {run_dir}")
+    print(f"next: hpcbench report {run_dir} --out reports/{run_dir.name}")
+    return 1 if failed else 0
+
+
 def _run(suite, args: argparse.Namespace) -> int:
     from hpcbench.runner import new_run_dir, run_suite
 
     run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(Path(args.out), suite.name)
     print(f"run dir: {run_dir}")
-    statuses = run_suite(suite, run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet)
-    failed = [s for s in statuses if s.state != "done"]
-    print(f"{len(statuses) - len(failed)} task(s) done, {len(failed)} failed; run dir: {run_dir}")
-    for s in failed:
-        print(f"  FAILED {s.task_id}: {s.error}  (notebook: {run_dir / 'tasks' / s.task_id / s.notebook})")
-    print(f"next: hpcbench report {run_dir} --out reports/{run_dir.name}")
-    return 1 if failed else 0
+    statuses = run_suite(suite, run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
+                         options=_backend_options(args))
+    return _summary(statuses, run_dir)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -73,9 +92,48 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
+    from hpcbench.runner import resume_suite
     from hpcbench.suite import load_suite
 
-    return _run(load_suite(args.suite), args)
+    if args.suite[0] == "resume":
+        if len(args.suite) != 2:
+            raise HpcbenchError("usage: hpcbench suite resume RUN_DIR")
+        run_dir = Path(args.suite[1])
+        statuses = resume_suite(run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
+                                options=_backend_options(args))
+        return _summary(statuses, run_dir) if statuses else 0
+    if len(args.suite) != 1:
+        raise HpcbenchError(f"one suite at a time, got {args.suite}")
+    if args.backend is None:
+        args.backend = "local"
+    return _run(load_suite(args.suite[0]), args)
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    from hpcbench.runner import run_manifest_task
+
+    status = run_manifest_task(Path(args.run_dir), Path(args.manifest), args.index)
+    print(f"{status.task_id}: {status.state}" + (f" -- {status.error}" if status.error else ""))
+    return 0 if status.state == "done" else 1
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from hpcbench import cluster
+
+    if args.action == "up":
+        spec = cluster.ClusterSpec.from_dict({k: v for k, v in {
+            "nodes": args.nodes, "link_rate": args.link_rate, "link_delay": args.link_delay,
+            "state_dir": args.state, "cpus_per_node": args.cpus_per_node}.items() if v is not None})
+        info = cluster.cluster_up(spec)
+        print(cluster.cluster_status(info.state_dir))
+        exports = " ".join(f"{k}={v}" for k, v in info.env().items())
+        print(f"\nSLURM clients use this cluster with:  export {exports}")
+    elif args.action == "down":
+        cluster.cluster_down(args.state or cluster.DEFAULT_STATE_DIR)
+        print("emulated cluster is down")
+    else:
+        print(cluster.cluster_status(args.state or cluster.DEFAULT_STATE_DIR))
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -98,13 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment")
     p.set_defaults(func=cmd_params)
 
-    def add_run_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--backend", default="local", help="where tasks run (default: local)")
+    def add_run_options(p: argparse.ArgumentParser, backend_default: str | None = "local") -> None:
+        p.add_argument("--backend", default=backend_default,
+                       help="where tasks run: local or slurm (default: local; resume: the run's own)")
         p.add_argument("--out", default="results", help="parent folder of the new run dir (default: results/)")
         p.add_argument("--run-dir", help="exact run dir to create instead of OUT/<suite>-<timestamp>")
-        p.add_argument("--jobs", type=int, default=1,
-                       help="tasks at once (default 1: concurrent benchmarks distort each other)")
+        p.add_argument("--jobs", type=int, default=None,
+                       help="tasks at once (local default 1: concurrent benchmarks distort each other; "
+                            "slurm: the array's %%M, default no cap)")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+        slurm = p.add_argument_group("SLURM backend (written as #SBATCH lines into the generated scripts)")
+        for opt in ("partition", "account", "time", "gres", "cpus-per-task", "qos", "constraint"):
+            slurm.add_argument(f"--{opt}", dest=opt.replace("-", "_"))
+        slurm.add_argument("--sbatch-arg", action="append", metavar="--OPTION=VALUE",
+                           help="any other sbatch option (repeatable)")
 
     p = sub.add_parser("run", help="run one experiment as a one-task suite")
     p.add_argument("experiment")
@@ -114,10 +179,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("suite", help="run a suite (a shipped name or a YAML path)")
-    p.add_argument("suite")
-    add_run_options(p)
+    p = sub.add_parser("suite", help="run a suite (a shipped name or a YAML path); `suite resume RUN_DIR` "
+                                     "reruns only its failed or missing tasks")
+    p.add_argument("suite", nargs="+", metavar="SUITE | resume RUN_DIR")
+    add_run_options(p, backend_default=None)
     p.set_defaults(func=cmd_suite)
+
+    p = sub.add_parser("task", help="(used by generated job scripts) run task INDEX of a manifest")
+    p.add_argument("run_dir")
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--index", type=int, required=True)
+    p.set_defaults(func=cmd_task)
+
+    p = sub.add_parser("cluster", help="an emulated multi-node SLURM cluster on this machine (root)")
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("--nodes", type=int, help="nodes (network namespaces), default 2")
+    p.add_argument("--link-rate", help="inter-node link rate in tc syntax, default 1gbit")
+    p.add_argument("--link-delay", help="one-way inter-node delay (needs the netem qdisc), default 0ms")
+    p.add_argument("--cpus-per-node", type=int, help="CPUs each node declares (default: the host's)")
+    p.add_argument("--state", help="state dir: slurm.conf, logs, pid files (default /tmp/hpcbench-cluster)")
+    p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("report", help="aggregate run dirs into one HTML report")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

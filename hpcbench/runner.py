@@ -50,6 +50,10 @@ class TaskStatus:
     notebook: str = "notebook.ipynb"
     log: str | None = None
     node: str = field(default_factory=socket.gethostname)
+    job_id: str | None = None       # the SLURM job (``123`` or ``123_4`` for array elements)
+    slurm_state: str | None = None  # the last state SLURM reported
+    batch_log: str | None = None    # the job's stdout/stderr file
+    attempt: int = 1
 
     @classmethod
     def for_task(cls, spec: TaskSpec) -> "TaskStatus":
@@ -73,10 +77,11 @@ def write_status(run_dir: Path, status: TaskStatus) -> None:
 
 
 def read_statuses(run_dir: Path) -> list[TaskStatus]:
-    out = []
-    for path in sorted((run_dir / "tasks").glob("*/status.json")):
-        out.append(TaskStatus(**json.loads(path.read_text())))
-    return out
+    return [read_status(path) for path in sorted((run_dir / "tasks").glob("*/status.json"))]
+
+
+def read_status(path: Path) -> TaskStatus:
+    return TaskStatus(**json.loads(Path(path).read_text()))
 
 
 def _now() -> str:
@@ -126,7 +131,12 @@ def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str 
     status = TaskStatus.for_task(spec)
     tdir = task_dir(run_dir, spec.task_id)
     tdir.mkdir(parents=True, exist_ok=True)
+    previous = tdir / "status.json"
+    if previous.is_file():  # keep what the backend wrote at submission (job id, log, attempt)
+        before = read_status(previous)
+        status.job_id, status.batch_log, status.attempt = before.job_id, before.batch_log, before.attempt
     status.state, status.started = "running", _now()
+    status.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     write_status(run_dir, status)
     start = time.monotonic()
     try:
@@ -160,8 +170,11 @@ class Backend:
 
     name = "base"
 
-    def run_tasks(self, tasks: list[TaskSpec], run_dir: Path, suite: str, *, jobs: int,
-                  on_done: Callable[[TaskStatus], None]) -> list[TaskStatus]:
+    def check(self, options: dict[str, Any]) -> None:
+        """Raise before anything is written when this backend cannot run here."""
+
+    def run_tasks(self, tasks: list[TaskSpec], run_dir: Path, suite: str, *, jobs: int | None,
+                  on_done: Callable[[TaskStatus], None], options: dict[str, Any], bar: Any) -> list[TaskStatus]:
         raise NotImplementedError
 
 
@@ -174,10 +187,10 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def run_tasks(self, tasks, run_dir, suite, *, jobs, on_done):
+    def run_tasks(self, tasks, run_dir, suite, *, jobs, on_done, options, bar):
         results: list[TaskStatus] = []
         lock = threading.Lock()
-        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="hpcbench-task") as pool:
+        with ThreadPoolExecutor(max_workers=max(1, jobs or 1), thread_name_prefix="hpcbench-task") as pool:
             futures = [pool.submit(execute_task, t, run_dir, suite) for t in tasks]
             for fut in as_completed(futures):
                 st = fut.result()
@@ -190,6 +203,15 @@ class LocalBackend(Backend):
 
 BACKENDS: Registry[Backend] = Registry("backend")
 BACKENDS.register("local", LocalBackend())
+
+
+def run_manifest_task(run_dir: Path, manifest: Path, index: int) -> TaskStatus:
+    """Run task ``index`` of a JSON manifest (what a SLURM job step does)."""
+    tasks = json.loads(Path(manifest).read_text())
+    if not 0 <= index < len(tasks):
+        raise HpcbenchError(f"{manifest}: no task {index} (it lists {len(tasks)})")
+    suite = json.loads((Path(run_dir) / "run.json").read_text()).get("suite", "")
+    return execute_task(TaskSpec(**tasks[index]), Path(run_dir), suite)
 
 
 def check_kernel(kernel_name: str = KERNEL_NAME) -> str | None:
@@ -209,13 +231,81 @@ def check_kernel(kernel_name: str = KERNEL_NAME) -> str | None:
     return None
 
 
-def run_suite(suite: Suite, run_dir: Path, *, backend: str = "local", jobs: int = 1,
-              progress: bool = True) -> list[TaskStatus]:
-    """Run every task of ``suite`` into ``run_dir``; return the statuses in suite order."""
+def tasks_to_resume(run_dir: Path, suite: Suite) -> list[TaskSpec]:
+    """The tasks of a run that are not done: failed, never finished, or missing."""
+    done = {s.task_id for s in read_statuses(run_dir) if s.state == "done"}
+    return [t for t in suite.tasks if t.task_id not in done]
+
+
+def set_aside_attempt(run_dir: Path, task_id: str) -> int:
+    """Move a task's previous attempt to ``RUN_DIR/attempts/<task>/<k>``; return the next attempt number.
+
+    Nothing already written is lost, and the report reads only ``tasks/``, so a
+    superseded attempt's partial records are kept as evidence, not counted.
+    """
+    tdir = task_dir(run_dir, task_id)
+    attempt = 1
+    if (tdir / "status.json").is_file():
+        attempt = read_status(tdir / "status.json").attempt
+    if tdir.exists():
+        dest = run_dir / "attempts" / task_id / str(attempt)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tdir, dest)
+    return attempt + 1
+
+
+def load_run(run_dir: Path) -> tuple[Suite, dict[str, Any]]:
+    """The suite and ``run.json`` of an existing run dir."""
+    run_dir = Path(run_dir)
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+        data = json.loads((run_dir / "suite.json").read_text())
+    except FileNotFoundError as exc:
+        raise HpcbenchError(f"{run_dir} is not an hpcbench run dir ({exc.filename} is missing)") from None
+    except json.JSONDecodeError as exc:
+        raise HpcbenchError(f"{run_dir}: run.json or suite.json is not valid JSON ({exc})") from None
+    tasks = [TaskSpec(**t) for t in data["tasks"]]
+    return Suite(name=data["name"], description=data.get("description", ""), tasks=tasks,
+                 source=data.get("source", "")), info
+
+
+def resume_suite(run_dir: Path, *, backend: str | None = None, jobs: int | None = None,
+                 progress: bool = True, options: dict[str, Any] | None = None) -> list[TaskStatus]:
+    """Rerun only the failed or missing tasks of ``run_dir``, each as a new attempt."""
+    suite, info = load_run(run_dir)
+    todo = tasks_to_resume(run_dir, suite)
+    if not todo:
+        print(f"{run_dir}: every task is done; nothing to resume", file=sys.stderr)
+        return []
+    for spec in todo:
+        attempt = set_aside_attempt(run_dir, spec.task_id)
+        status = TaskStatus.for_task(spec)
+        status.attempt = attempt
+        write_status(run_dir, status)
+    return _run_tasks(Suite(suite.name, suite.description, todo, suite.source), run_dir,
+                      backend=backend or info.get("backend", "local"), jobs=jobs, progress=progress,
+                      options=options)
+
+
+def run_suite(suite: Suite, run_dir: Path, *, backend: str = "local", jobs: int | None = None,
+              progress: bool = True, options: dict[str, Any] | None = None) -> list[TaskStatus]:
+    """Run every task of ``suite`` into ``run_dir``; return the statuses in suite order.
+
+    Args:
+        jobs: tasks at once (local default 1; SLURM: the array's ``%M``, default no cap).
+        options: backend options (SLURM: partition, account, time, ...).
+    """
     impl = BACKENDS.get(backend)
+    impl.check(options or {})
     prepare_run_dir(run_dir, suite, backend)
     for spec in suite.tasks:
         write_status(run_dir, TaskStatus.for_task(spec))
+    return _run_tasks(suite, run_dir, backend=backend, jobs=jobs, progress=progress, options=options)
+
+
+def _run_tasks(suite: Suite, run_dir: Path, *, backend: str, jobs: int | None, progress: bool,
+               options: dict[str, Any] | None) -> list[TaskStatus]:
+    impl = BACKENDS.get(backend)
     warning = check_kernel()
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
@@ -228,7 +318,8 @@ def run_suite(suite: Suite, run_dir: Path, *, backend: str = "local", jobs: int 
     def on_done(st: TaskStatus) -> None:
         nonlocal failed
         failed += st.state == "failed"
-        msg = f"{st.task_id}: {st.state} in {st.duration_s:.1f} s"
+        took = f" in {st.duration_s:.1f} s" if st.duration_s is not None else ""
+        msg = f"{st.task_id}: {st.state}{took}"
         if st.error:
             msg += f" -- {st.error.splitlines()[0][:200]}"
         bar.write(msg, file=sys.stderr)
@@ -236,6 +327,17 @@ def run_suite(suite: Suite, run_dir: Path, *, backend: str = "local", jobs: int 
         bar.update(1)
 
     try:
-        return impl.run_tasks(suite.tasks, run_dir, suite.name, jobs=jobs, on_done=on_done)
+        return impl.run_tasks(suite.tasks, run_dir, suite.name, jobs=jobs, on_done=on_done,
+                              options=options or {}, bar=bar)
     finally:
         bar.close()
+
+
+def _register_slurm() -> None:
+    # Imported here, not at the top: the SLURM backend builds on this module.
+    from hpcbench.slurm_backend import SlurmBackend
+
+    BACKENDS.register("slurm", SlurmBackend())
+
+
+_register_slurm()

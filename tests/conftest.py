@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["cluster_fixtures"]
+
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_INTEGRATION = os.environ.get("HPCBENCH_REQUIRE_INTEGRATION") == "1"
 
@@ -83,3 +85,20 @@ def render_in_chromium(exe: str, html: Path, tmp_path: Path, size: str = "1200,9
     dom = run("profile-dom", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     return RenderedPage(float(pixels[..., :3].std()), errors, dom.stdout, png)
+
+
+def broken_notebooks(tmp_path, broken: str):
+    """A notebooks folder where ``broken`` raises in its first code cell after the parameters."""
+    import shutil
+
+    import nbformat
+
+    from hpcbench.experiments import notebooks_dir
+
+    folder = tmp_path / "broken-notebooks"
+    shutil.copytree(notebooks_dir(), folder)
+    nb = nbformat.read(folder / broken, as_version=4)
+    idx = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(idx + 1, nbformat.v4.new_code_cell('raise RuntimeError("injected failure")'))
+    nbformat.write(nb, folder / broken)
+    return folder

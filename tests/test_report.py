@@ -213,7 +213,10 @@ def test_text_rows_are_kept_as_text_not_averaged(agg):
     assert set(env["label.source"]) == {"torch.__version__", "sys"}  # clashes with the source column
     # A fact with a number and a text is a number in the stats.
     cpus = agg.experiment_stats("environment")
-    assert list(cpus["metric"]) == ["cpu.logical_cpus", "cpu.logical_cpus"] and (cpus["mean"] == 2).all()
+    # ... one series per source and node: a node that differs shows as its own row
+    assert set(cpus["metric"]) == {"cpu.logical_cpus"} and (cpus["mean"] == 2).all()
+    assert sorted(zip(cpus["source"], cpus["node"])) == sorted(
+        (src, node) for src in set(cpus["source"]) for node in ("n1", "n2"))
 
 
 def test_files_are_batched_and_unreadable_inputs_listed(agg, runs):

@@ -8,6 +8,7 @@ import pytest
 
 from hpcbench.errors import SuiteError
 from hpcbench.runner import read_statuses, run_suite
+from conftest import broken_notebooks
 from hpcbench.suite import load_suite, parse_suite, shipped_suites
 
 
@@ -100,3 +101,30 @@ def test_cli_run_one_task(tmp_path):
     assert r.returncode == 0, r.stderr
     (st,) = read_statuses(tmp_path / "run")
     assert st.state == "done" and st.params["iters"] == 2
+
+
+def test_resume_reruns_only_failed_tasks(tmp_path, monkeypatch):
+    from hpcbench.runner import resume_suite
+
+    suite = parse_suite({"name": "r", "tasks": [
+        {"experiment": "environment", "params": {"include_commands": False}},
+        {"experiment": "collectives", "params": {"ops": "all_reduce", "groups": "world", "max_bytes": "1K",
+                                                 "iters": 1}},
+    ]})
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("HPCBENCH_NOTEBOOKS", str(broken_notebooks(tmp_path, "00_environment.ipynb")))
+    first = {s.task_id: s for s in run_suite(suite, run_dir, progress=False)}
+    assert first["environment.default.r0"].state == "failed"
+    assert "injected failure" in first["environment.default.r0"].error
+    assert first["collectives.default.r0"].state == "done"
+    done_before = (run_dir / "tasks" / "collectives.default.r0" / "status.json").read_text()
+
+    monkeypatch.delenv("HPCBENCH_NOTEBOOKS")
+    again = resume_suite(run_dir, progress=False)
+    assert [s.task_id for s in again] == ["environment.default.r0"]
+    assert again[0].state == "done" and again[0].attempt == 2
+    # the done task was not touched; the failed attempt was kept aside, not lost
+    assert (run_dir / "tasks" / "collectives.default.r0" / "status.json").read_text() == done_before
+    kept = run_dir / "attempts" / "environment.default.r0" / "1" / "notebook.ipynb"
+    assert kept.is_file()
+    assert resume_suite(run_dir, progress=False) == []

@@ -21,6 +21,7 @@ from typing import Callable
 from hpcbench.config import Config
 from hpcbench.dist.topology import EMULATED_NODES_ENV
 from hpcbench.errors import ConfigError, LaunchError
+from hpcbench.registry import Registry
 from hpcbench.results import RecordContext, find_record_files
 
 #: Lines a worker prints with this prefix are echoed by the driver as progress.
@@ -52,6 +53,96 @@ def _qualname(obj: Callable | type) -> str:
                               "functions from modules (run it with python -m)", field="entry")
         module = spec.name
     return f"{module}:{obj.__qualname__}"
+
+
+@dataclass
+class LaunchPlan:
+    """The command that starts every rank, its environment, and a line for people."""
+
+    cmd: list[str]
+    env: dict[str, str]
+    description: str
+
+
+def _worker_argv(spec_path: Path) -> list[str]:
+    return ["-m", "hpcbench.dist.worker", str(spec_path)]
+
+
+def plan_local(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
+               env: dict[str, str]) -> LaunchPlan:
+    """All ranks on this machine under ``torchrun --standalone``; ``nodes > 1`` is emulated."""
+    world = nodes * ranks_per_node
+    env = dict(env)
+    env.pop(EMULATED_NODES_ENV, None)
+    if nodes > 1:
+        env[EMULATED_NODES_ENV] = str(nodes)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+           "--nproc-per-node", str(world), *_worker_argv(spec_path)]
+    layout = f"{nodes} emulated node(s) x {ranks_per_node} rank(s)" if nodes > 1 else f"{world} rank(s)"
+    return LaunchPlan(cmd, env, f"{layout} with torchrun --standalone")
+
+
+def slurm_hostnames(nodelist: str, env: dict[str, str]) -> list[str]:
+    """Expand a SLURM node list (``n[1-2]``) with ``scontrol show hostnames``."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             env=env, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LaunchError(f"cannot expand SLURM_JOB_NODELIST={nodelist!r} with scontrol: {exc}") from None
+    return out.split()
+
+
+def rendezvous_port(job_id: str, tag: str) -> int:
+    """A port for torchrun's c10d store, stable within a job and unlikely to collide:
+    two launches in one job (different tags) or two jobs sharing a node get different ones."""
+    import zlib
+
+    return 29500 + zlib.crc32(f"{job_id}/{tag}".encode()) % 20000
+
+
+def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
+               env: dict[str, str]) -> LaunchPlan:
+    """One torchrun per node with ``srun``, joined by a c10d rendezvous on the first node.
+
+    ``--kill-on-bad-exit`` ends every rank when one fails, instead of leaving the
+    others blocked in a collective until the timeout.
+    """
+    hosts = slurm_hostnames(env["SLURM_JOB_NODELIST"], env)[:nodes]
+    if len(hosts) < nodes:
+        raise LaunchError(f"the allocation has {len(hosts)} node(s); the task needs {nodes}")
+    job = env.get("SLURM_JOB_ID", "0")
+    endpoint = f"{hosts[0]}:{rendezvous_port(job, tag)}"
+    cmd = ["srun", "--kill-on-bad-exit=1", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+           f"--nodelist={','.join(hosts)}",
+           sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+           "--nproc-per-node", str(ranks_per_node), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", endpoint, "--rdzv-id", f"hpcbench-{job}-{tag}", *_worker_argv(spec_path)]
+    env = dict(env)
+    env.pop(EMULATED_NODES_ENV, None)
+    return LaunchPlan(cmd, env, f"{nodes} node(s) x {ranks_per_node} rank(s) with srun + torchrun "
+                                f"(rendezvous {endpoint}, nodes {','.join(hosts)})")
+
+
+LAUNCHERS: Registry[Callable[..., LaunchPlan]] = Registry("launcher")
+LAUNCHERS.register("local", plan_local)
+LAUNCHERS.register("slurm", plan_slurm)
+LAUNCHER_ENV = "HPCBENCH_LAUNCHER"
+
+
+def choose_launcher(nodes: int, env: dict[str, str]) -> str:
+    """``$HPCBENCH_LAUNCHER`` if set; ``slurm`` inside an allocation with enough nodes; else ``local``.
+
+    A multi-node task inside a one-node allocation (an array task) runs emulated on
+    that node, which keeps the layout's process groups without claiming other nodes.
+    """
+    forced = env.get(LAUNCHER_ENV)
+    if forced:
+        LAUNCHERS.get(forced)
+        return forced
+    allocated = int(env.get("SLURM_JOB_NUM_NODES", "0") or 0)
+    if env.get("SLURM_JOB_ID") and env.get("SLURM_JOB_NODELIST") and nodes > 1 and allocated >= nodes:
+        return "slurm"
+    return "local"
 
 
 def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
@@ -101,20 +192,16 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
     spec_path.write_text(json.dumps(spec, indent=2))
     log_path = log_dir / f"{tag}.log"
     world = nodes * ranks_per_node
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-        "--nproc-per-node", str(world), "-m", "hpcbench.dist.worker", str(spec_path.resolve()),
-    ]
     env = dict(os.environ)
-    env.pop(EMULATED_NODES_ENV, None)
-    if nodes > 1:
-        env[EMULATED_NODES_ENV] = str(nodes)
     # One thread per rank: with several ranks per core, OpenMP spinning in each
     # rank would measure the scheduler, not the collective.
     env.setdefault("OMP_NUM_THREADS", "1")
-    layout = f"{nodes} emulated node(s) x {ranks_per_node}" if nodes > 1 else f"{world} rank(s)"
+    how = choose_launcher(nodes, env)
+    plan = LAUNCHERS.get(how)(nodes=nodes, ranks_per_node=ranks_per_node, spec_path=spec_path.resolve(),
+                              tag=tag, env=env)
     if echo:
-        echo(f"launching {tag}: {layout} with torchrun; log: {log_path}")
+        echo(f"launching {tag}: {plan.description}; log: {log_path}")
+    cmd, env = plan.cmd, plan.env
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -32,8 +32,9 @@ import pandas as pd
 from hpcbench.errors import HpcbenchError, ResultsError
 from hpcbench.results import COLUMNS, empty_frame, find_record_files, read_records
 
-#: The columns a series is identified by (``labels`` is canonical JSON).
-SERIES_KEYS = ["source", "experiment", "variant", "metric", "unit", "labels"]
+#: The columns a series is identified by (``labels`` is canonical JSON). ``node`` keeps
+#: one node's samples apart from another's, so that a slow node shows as its own row.
+SERIES_KEYS = ["source", "experiment", "variant", "node", "metric", "unit", "labels"]
 STAT_COLUMNS = ["n", "mean", "p50", "p99", "std", "min", "max", "repetitions", "spread_pct"]
 TEXT_COLUMNS = ["source", "experiment", "variant", "task_id", "repetition", "node", "rank",
                 "metric", "unit", "labels", "text"]
@@ -129,7 +130,9 @@ def load_sources(run_dirs: Sequence[str | Path]) -> list[Source]:
         label = _unique(str(info.get("run_id") or d.resolve().name), used)
         source = Source(label=label, run_dir=d, info=info, unreadable=unreadable)
         source.tasks = _read_statuses(source)
-        source.files = find_record_files(d)
+        # A run dir's measurements live under tasks/; superseded attempts (attempts/)
+        # are kept as evidence but not counted. Hand-made dirs are read whole.
+        source.files = find_record_files(d / "tasks") if (d / "tasks").is_dir() else find_record_files(d)
         sources.append(source)
     return sources
 

@@ -220,23 +220,24 @@ def present_collectives(data: ExperimentData) -> list[Section]:
     section = Section(title="Collectives: bus bandwidth", id="exp-collectives")
 
     pairs = [(s, v) for s in data.sources for v in _ordered(stats.loc[stats["source"] == s, "variant"])]
-    index = ["source", "variant", "op", "group_name", "size_bytes"]
+    # One row per node that measured the series: a slow node stands out as its own row.
+    index = ["source", "variant", "op", "group_name", "node", "size_bytes"]
     busbw = stats[stats["metric"] == "busbw"].set_index(index).sort_index()
     time = stats[stats["metric"] == "time"].set_index(index).sort_index()
-    keys = stats[stats["metric"].isin(["busbw", "time"])][["op", "group_name", "size_bytes"]].drop_duplicates()
+    keys = stats[stats["metric"].isin(["busbw", "time"])][["op", "group_name", "node", "size_bytes"]].drop_duplicates()
     keys = sorted(keys.itertuples(index=False, name=None),
-                  key=lambda k: (_rank(k[0], OP_ORDER), _rank(k[1].split("[")[0], GROUP_ORDER), k[1], k[2]))
+                  key=lambda k: (_rank(k[0], OP_ORDER), _rank(k[1].split("[")[0], GROUP_ORDER), k[1], k[2], k[3]))
     rows = []
-    for op, group, size in keys:
-        row = [Cell(op), Cell(group), Cell(format_bytes(size))]
+    for op, group, node, size in keys:
+        row = [Cell(op), Cell(group), Cell(node), Cell(format_bytes(size))]
         for src, var in pairs:
-            b = _lookup(busbw, (src, var, op, group, size), "p50")
-            t = _lookup(time, (src, var, op, group, size), "p99")
-            unit = _lookup_unit(time, (src, var, op, group, size))
+            b = _lookup(busbw, (src, var, op, group, node, size), "p50")
+            t = _lookup(time, (src, var, op, group, node, size), "p99")
+            unit = _lookup_unit(time, (src, var, op, group, node, size))
             row += [Cell(fmt_number(b)), Cell(fmt_number(t * _TO_MS.get(unit, math.nan)))]
         rows.append(row)
-    columns = ["op", "group", "size"] + [c for _ in pairs for c in ("busbw p50 (GB/s)", "time p99 (ms)")]
-    groups = [("message", 3)] + [(f"{s} · {v}", 2) for s, v in pairs]
+    columns = ["op", "group", "node", "size"] + [c for _ in pairs for c in ("busbw p50 (GB/s)", "time p99 (ms)")]
+    groups = [("message", 4)] + [(f"{s} · {v}", 2) for s, v in pairs]
     section.tables.append(Table(columns=columns, rows=rows, groups=groups, id="collectives-comparison",
                                 caption="busbw p50 and p99 of the per-iteration time, sources and variants side by side"))
 

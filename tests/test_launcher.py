@@ -1,0 +1,39 @@
+"""Which launcher a task gets, and the torchrun commands they build."""
+
+from pathlib import Path
+
+import pytest
+
+from hpcbench.dist.launcher import choose_launcher, plan_local, rendezvous_port
+from hpcbench.errors import RegistryError
+
+
+def test_local_outside_slurm_and_for_single_node_tasks():
+    assert choose_launcher(2, {}) == "local"
+    alloc = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2"}
+    assert choose_launcher(1, alloc) == "local"
+    assert choose_launcher(2, alloc) == "slurm"
+    # an array task holds one node: a 2-node layout is emulated there
+    assert choose_launcher(2, {**alloc, "SLURM_JOB_NUM_NODES": "1"}) == "local"
+
+
+def test_forced_launcher_must_exist():
+    assert choose_launcher(2, {"HPCBENCH_LAUNCHER": "local", "SLURM_JOB_ID": "1"}) == "local"
+    with pytest.raises(RegistryError, match="local, slurm"):
+        choose_launcher(1, {"HPCBENCH_LAUNCHER": "mpirun"})
+
+
+def test_local_plan_emulates_nodes():
+    plan = plan_local(nodes=2, ranks_per_node=3, spec_path=Path("/x/spec.json"), tag="t",
+                      env={"HPCBENCH_EMULATED_NODES": "9"})
+    assert plan.env["HPCBENCH_EMULATED_NODES"] == "2"
+    assert plan.cmd[plan.cmd.index("--nproc-per-node") + 1] == "6"
+    assert "--standalone" in plan.cmd and plan.cmd[-1] == "/x/spec.json"
+    one = plan_local(nodes=1, ranks_per_node=2, spec_path=Path("/x"), tag="t", env={"HPCBENCH_EMULATED_NODES": "2"})
+    assert "HPCBENCH_EMULATED_NODES" not in one.env
+
+
+def test_rendezvous_port_is_stable_and_in_range():
+    assert rendezvous_port("12", "a") == rendezvous_port("12", "a")
+    assert rendezvous_port("12", "a") != rendezvous_port("12", "b")
+    assert all(29500 <= rendezvous_port(str(j), "t") < 49500 for j in range(200))

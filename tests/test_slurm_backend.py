@@ -1,0 +1,125 @@
+"""The suite on the emulated SLURM cluster: array jobs, multi-node jobs, failures, resume, quoting."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import broken_notebooks
+from hpcbench.report import build_report
+from hpcbench.results import find_record_files, read_records
+from hpcbench.runner import read_statuses, resume_suite, run_suite
+from hpcbench.suite import load_suite, parse_suite
+
+
+@pytest.fixture
+def slurm_env(emulated_cluster, monkeypatch):
+    for key, value in emulated_cluster.env().items():
+        monkeypatch.setenv(key, value)
+    return emulated_cluster
+
+
+def records_of(run_dir) -> pd.DataFrame:
+    return pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
+
+
+def test_collectives_across_two_nodes(slurm_env, tmp_path):
+    suite = parse_suite({"name": "x", "tasks": [{"experiment": "collectives", "variants": {"two": {
+        "nodes": 2, "ranks_per_node": 2, "ops": "all_reduce", "min_bytes": "16M", "max_bytes": "16M",
+        "iters": 3, "warmup_iters": 1}}}]})
+    run_dir = tmp_path / "run"
+    (st,) = run_suite(suite, run_dir, backend="slurm", progress=False)
+    assert st.state == "done", st.error
+    assert st.job_id and "_" not in st.job_id  # a job of its own, not an array element
+    df = records_of(run_dir)
+    assert set(df["node"]) == {"n1", "n2"}
+    assert set(df.loc[df["metric"] == "backend", "text"]) == {"gloo"}
+    labels = df["labels"].map(json.loads)
+    busbw = df[df["metric"] == "busbw"].assign(group=labels.map(lambda lab: lab.get("group")))
+    shaped = slurm_env.spec.link_rate_bits / 8 / 1e9  # GB/s
+    crossing = busbw[busbw["group"].isin(["inter_node", "world"])]["value"]
+    # The shaping is in the path: no iteration across nodes beats the link...
+    assert len(crossing) and crossing.max() <= shaped * 1.05, (crossing.max(), shaped)
+    # ...while ranks inside a node, on loopback, are not held to it.
+    intra = busbw[busbw["group"] == "intra_node"]["value"].median()
+    assert intra > crossing.median()
+
+
+def test_failed_task_is_reported_and_resume_reruns_only_it(slurm_env, tmp_path, monkeypatch):
+    suite = parse_suite({"name": "f", "tasks": [
+        {"experiment": "environment", "params": {"include_commands": False}},
+        {"experiment": "collectives", "params": {"ops": "all_reduce", "groups": "world", "max_bytes": "1K",
+                                                 "iters": 1}},
+    ]})
+    run_dir = tmp_path / "run"
+    # The jobs inherit the submitting environment: the environment notebook raises there.
+    monkeypatch.setenv("HPCBENCH_NOTEBOOKS", str(broken_notebooks(tmp_path, "00_environment.ipynb")))
+    first = {s.task_id: s for s in run_suite(suite, run_dir, backend="slurm", progress=False)}
+    bad = first["environment.default.r0"]
+    assert bad.state == "failed" and "injected failure" in bad.error
+    assert bad.batch_log and os.path.isfile(bad.batch_log)
+    assert first["collectives.default.r0"].state == "done"
+
+    monkeypatch.delenv("HPCBENCH_NOTEBOOKS")
+    again = resume_suite(run_dir, progress=False)
+    assert [s.task_id for s in again] == ["environment.default.r0"]
+    assert again[0].state == "done" and again[0].attempt == 2
+    second = json.loads((run_dir / "slurm" / "submission-2.json").read_text())
+    assert list(second["jobs"]) == ["environment.default.r0"]
+    assert {s.state for s in read_statuses(run_dir)} == {"done"}
+
+
+def test_killed_job_is_reported_with_its_slurm_state(slurm_env, tmp_path):
+    suite = parse_suite({"name": "k", "tasks": [{"experiment": "collectives", "params": {
+        "ops": "all_reduce", "groups": "world", "min_bytes": "1K", "max_bytes": "1K", "iters": 100000}}]})
+    run_dir = tmp_path / "run"
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(
+        statuses=run_suite(suite, run_dir, backend="slurm", progress=False)))
+    runner.start()
+    status_file = run_dir / "tasks" / "collectives.default.r0" / "status.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the notebook is running in its job
+        if status_file.is_file() and json.loads(status_file.read_text()).get("state") == "running":
+            break
+        time.sleep(0.5)
+    job = json.loads(status_file.read_text())["job_id"]
+    subprocess.run(["scancel", job], check=True, timeout=30)
+    runner.join(timeout=180)
+    (st,) = result["statuses"]
+    assert st.state == "failed" and "CANCELLED" in (st.slurm_state or "") + (st.error or "")
+
+
+def test_parameter_values_reach_the_job_unchanged(slurm_env, tmp_path):
+    # Were the value ever shell-evaluated, PWNED files would appear in the job's
+    # working directory (the run dir) or wherever a shell ran.
+    weird = tmp_path / """a b "q" 'r' $(touch PWNED) ; touch PWNED2 `touch PWNED3` & \\n"""
+    weird.mkdir()
+    suite = parse_suite({"name": "q", "tasks": [{"experiment": "environment", "params": {
+        "sysfs_root": str(weird), "include_commands": False}}]})
+    run_dir = tmp_path / "run"
+    (st,) = run_suite(suite, run_dir, backend="slurm", progress=False)
+    assert st.state == "done", st.error
+    params = json.loads(records_of(run_dir)["params"].iloc[0])
+    assert params["sysfs_root"] == str(weird)
+    assert not list(tmp_path.rglob("PWNED*")) and not list(slurm_env.state_dir.rglob("PWNED*"))
+
+
+def test_demo_suite_as_array_job_with_per_node_rows(slurm_env, tmp_path):
+    run_dir = tmp_path / "run"
+    statuses = run_suite(load_suite("demo"), run_dir, backend="slurm", progress=False)
+    assert all(s.state == "done" for s in statuses), [(s.task_id, s.error) for s in statuses]
+    script = (run_dir / "slurm" / "array-1.sbatch").read_text()
+    local = [s for s in statuses if s.job_id and "_" in s.job_id]
+    assert f"#SBATCH --array=0-{len(local) - 1}" in script and len(local) >= 3
+    assert len({s.job_id.split("_")[0] for s in local}) == 1  # ONE array job
+    html = build_report([run_dir], tmp_path / "report", progress=lambda _: None).read_text()
+    table = re.search(r'<table[^>]*id="collectives-comparison".*?</table>', html, re.S).group(0)
+    assert re.search(r"<td[^>]*>n1</td>", table) and re.search(r"<td[^>]*>n2</td>", table)
