@@ -17,6 +17,7 @@ dependency; :func:`run_worker` is the adapter that runs on each rank.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Callable, Literal
@@ -28,6 +29,9 @@ from hpcbench.registry import Registry
 from hpcbench.results import RecordWriter
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+#: NCCL's documented limit on NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD.
+NCCL_SOCKET_THREADS_LIMIT = 64
+NCCL_GLOO_REASON = "not applicable: NCCL settings have no effect on the gloo backend"
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
 
 
@@ -47,6 +51,13 @@ class CollectivesConfig(Config):
     ranks_per_node: int = param(2, "ranks (GPUs, or CPU processes) per node", min=1, max=64)
     backend: str = param("auto", "auto: NCCL with a GPU per rank, else gloo", choices=("auto", "gloo", "nccl"))
     check: bool = param(True, "verify the result values of every op and size (outside the timed loop)")
+    nccl_algo: str = param("", "NCCL_ALGO for this run: '' leaves NCCL's own choice (C10 tries Tree)",
+                           choices=("", "Ring", "Tree"))
+    nccl_buffsize: ByteSize = param(ByteSize(0), "NCCL_BUFFSIZE in bytes: 0 leaves NCCL's default (4M)", min=0)
+    nccl_nsocks_perthread: int = param(0, "NCCL_NSOCKS_PERTHREAD (socket transport): 0 leaves the default",
+                                       min=0, max=64)
+    nccl_socket_nthreads: int = param(0, "NCCL_SOCKET_NTHREADS (socket transport): 0 leaves the default",
+                                      min=0, max=16)
 
     def validate(self) -> None:
         if self.min_bytes > self.max_bytes:
@@ -57,6 +68,20 @@ class CollectivesConfig(Config):
             raise self._error("ops", f"is empty; allowed: {list(OP_NAMES)}")
         if not self.groups:
             raise self._error("groups", f"is empty; allowed: {list(GROUP_KINDS)}")
+        threads = max(self.nccl_nsocks_perthread, 1) * max(self.nccl_socket_nthreads, 1)
+        if threads > NCCL_SOCKET_THREADS_LIMIT:
+            raise self._error("nccl_socket_nthreads", f"x nccl_nsocks_perthread = {threads} socket threads; NCCL "
+                                                      f"allows at most {NCCL_SOCKET_THREADS_LIMIT}")
+
+    def nccl_settings(self) -> dict[str, str]:
+        """The NCCL_* variables this run sets (fields left at 0 / '' are not set)."""
+        values = {"NCCL_ALGO": self.nccl_algo, "NCCL_BUFFSIZE": self.nccl_buffsize,
+                  "NCCL_NSOCKS_PERTHREAD": self.nccl_nsocks_perthread,
+                  "NCCL_SOCKET_NTHREADS": self.nccl_socket_nthreads}
+        return {k: str(int(v)) if isinstance(v, int) else v for k, v in values.items() if v}
+
+    def worker_env(self) -> dict[str, str]:
+        return self.nccl_settings()
 
 
 def size_sweep(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
@@ -192,6 +217,15 @@ def run_worker(cfg: CollectivesConfig, topo: Topology, writer: RecordWriter) -> 
     dtype = getattr(torch, cfg.dtype)
     elem = DTYPES[cfg.dtype]
     sizes = size_sweep(cfg.min_bytes, cfg.max_bytes, cfg.step_factor)
+    settings = cfg.nccl_settings()
+    if settings and topo.rank == 0:
+        if backend == "nccl":
+            import os
+
+            for name in settings:  # what NCCL really saw, as the launcher set it
+                writer.add("nccl_setting", None, "", labels={"name": name}, text=os.environ.get(name, "unset"))
+        else:
+            writer.add("nccl_settings", None, "", labels=settings, text=NCCL_GLOO_REASON)
 
     for kind in cfg.groups:
         layouts = topo.groups(kind)
@@ -301,6 +335,22 @@ class Verification:
         if self.ok:
             return "PASS: every op returned the expected values and every requested group and size was measured"
         return "FAIL:\n" + "\n".join(f"  - {p}" for p in self.problems)
+
+
+def nccl_settings_note(records, cfg: CollectivesConfig) -> str:
+    """What this run's NCCL settings did: applied (NCCL), not applicable (gloo), or none set (C10)."""
+    settings = cfg.nccl_settings()
+    if not settings:
+        return "No NCCL_* setting was set: NCCL (if used) chose its own algorithm and buffer sizes."
+    listed = ", ".join(f"{k}={v}" for k, v in settings.items())
+    coll = records[records["experiment"] == "collectives"]
+    if (coll["metric"] == "nccl_settings").any():
+        return (f"{listed}: {NCCL_GLOO_REASON}. On GPUs (backend nccl) this run would measure busbw with these "
+                f"settings; the claims ledger's C10 rule compares it with the same sweep under NCCL's defaults "
+                f"at the largest all_reduce size on the inter-node groups.")
+    seen = coll[coll["metric"] == "nccl_setting"]
+    shown = ", ".join(f"{json.loads(lab)['name']}={t}" for lab, t in zip(seen["labels"], seen["text"]))
+    return f"Applied through the workers' environment before NCCL started: {shown or listed}."
 
 
 def verify_records(records, cfg: CollectivesConfig) -> Verification:

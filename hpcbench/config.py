@@ -200,6 +200,14 @@ class Config:
     def validate(self) -> None:
         """Cross-field checks; raise ``self._error(field, message)``."""
 
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables the worker ranks need before ``torch.distributed`` starts.
+
+        The launcher sets them in the ranks' environment (locally and through ``srun``),
+        e.g. NCCL settings, which NCCL reads once when its communicator is created.
+        """
+        return {}
+
     # -- construction ---------------------------------------------------------
     @classmethod
     def from_dict(cls, values: typing.Mapping[str, Any] | None = None, **overrides: Any):

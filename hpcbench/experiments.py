@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from hpcbench.batch_scaling import BatchScalingConfig
 from hpcbench.collectives import CollectivesConfig
+from hpcbench.comm_modes import CommModesConfig
 from hpcbench.config import Config
 from hpcbench.environment import EnvironmentConfig
 from hpcbench.errors import HpcbenchError
+from hpcbench.io_formats import IoFormatsConfig
 from hpcbench.registry import Registry
 
 NOTEBOOKS_ENV = "HPCBENCH_NOTEBOOKS"
@@ -77,8 +80,35 @@ register(Experiment(
     name="collectives",
     notebook="10_collectives.ipynb",
     config=CollectivesConfig,
-    claims=("C16",),
+    claims=("C16", "C10"),
     description="nccl-tests-style collective sweep (algbw, busbw, p50/p99) on world, intra-node and inter-node groups",
+    resources=lambda cfg: Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node,
+                                    gpu=cfg.backend == "nccl"),
+))
+register(Experiment(
+    name="comm_modes",
+    notebook="02_comm_modes.ipynb",
+    config=CommModesConfig,
+    claims=("C3", "C17"),
+    description="flat DDP vs hybrid DP+DDP vs hierarchical reduction: samples/s, step p50/p99, communication "
+                "share, gradient bucket sweep",
+    resources=lambda cfg: Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node,
+                                    gpu=cfg.backend == "nccl"),
+))
+register(Experiment(
+    name="io_formats",
+    notebook="03_io_formats.ipynb",
+    config=IoFormatsConfig,
+    claims=("C4", "C5"),
+    description="small files vs HDF5 / TFRecord / tar shards, cold cache: samples/s, MB/s, read p50/p99, file "
+                "opens, accelerator idle share, prefetch depth, node-local staging, shard repair",
+))
+register(Experiment(
+    name="batch_scaling",
+    notebook="01_batch_scaling.ipynb",
+    config=BatchScalingConfig,
+    claims=("C2",),
+    description="per-rank throughput and memory for 1x..8x a base batch, with and without gradient accumulation",
     resources=lambda cfg: Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node,
                                     gpu=cfg.backend == "nccl"),
 ))

@@ -47,6 +47,18 @@ def busbw_factor(op: str, nranks: int) -> float:
     return BUSBW_FACTORS.get(op)(nranks)
 
 
+def accelerator_utilisation(compute_s: float, wall_s: float) -> float:
+    """Accelerator utilisation AU = compute time / wall time (DLIO's definition).
+
+    DLIO (argonne-lcf/dlio_benchmark, docs "Metrics") emulates each training step's compute
+    by sleeping and reports AU as the share of the run spent computing; 1 - AU is the share the
+    accelerator waits for data (C4's "GPUs idle 65 % of the time").
+    """
+    if wall_s <= 0:
+        raise ValueError(f"wall time must be positive, got {wall_s}")
+    return min(1.0, compute_s / wall_s)
+
+
 def percentile(samples: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) with linear interpolation (numpy's default)."""
     if len(samples) == 0:

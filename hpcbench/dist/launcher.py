@@ -196,6 +196,7 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
     # One thread per rank: with several ranks per core, OpenMP spinning in each
     # rank would measure the scheduler, not the collective.
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(config.worker_env())
     how = choose_launcher(nodes, env)
     plan = LAUNCHERS.get(how)(nodes=nodes, ranks_per_node=ranks_per_node, spec_path=spec_path.resolve(),
                               tag=tag, env=env)

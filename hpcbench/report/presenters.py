@@ -376,3 +376,253 @@ def present_environment(data: ExperimentData) -> list[Section]:
 
 
 PRESENTERS.register("environment", Presenter(present_environment, raw_rows=True))
+
+
+# -- io_formats ------------------------------------------------------------------
+
+IO_FORMAT_ORDER = ("files", "hdf5", "tfrecord", "tar")
+_IO_COLUMNS = (("samples_per_s", "mean", 1.0, "samples/s"), ("mb_per_s", "mean", 1.0, "MB/s"),
+               ("read_latency", "p50", 1e3, "read p50 (ms)"), ("read_latency", "p99", 1e3, "read p99 (ms)"),
+               ("file_opens", "mean", 1.0, "opens/epoch"), ("accelerator_idle", "mean", 1.0, "accel. idle"),
+               ("page_cache_resident", "mean", 1.0, "cached after eviction"))
+
+
+def present_io_formats(data: ExperimentData) -> list[Section]:
+    """Formats side by side: throughput, latency, opens, idle share per DataLoader setting; repairs."""
+    stats = data.stats
+    needed = {"format", "workers", "prefetch_factor", "phase"}
+    if not len(stats) or not needed <= set(stats.columns):
+        return present_stats(data)
+    section = Section(title="Storage I/O formats (C4, C5)", id="exp-io-formats")
+    timed = stats[stats["phase"].isin(["sweep", "staged"]) & stats["workers"].notna()].copy()
+    timed["workers"] = timed["workers"].astype(int)
+    timed["prefetch_factor"] = timed["prefetch_factor"].astype(int)
+    index = ["source", "variant", "phase", "format", "workers", "prefetch_factor"]
+    keys = sorted(timed[index].drop_duplicates().itertuples(index=False, name=None),
+                  key=lambda k: (data.sources.index(k[0]) if k[0] in data.sources else 99, k[1],
+                                 k[2] != "sweep", _rank(k[3], IO_FORMAT_ORDER), k[4], k[5]))
+    by_metric = {m: timed[timed["metric"] == m].set_index(index).sort_index() for m, *_ in _IO_COLUMNS}
+    rows = []
+    for key in keys:
+        row = [Cell(str(k)) for k in key]
+        for metric, stat, scale, _ in _IO_COLUMNS:
+            row.append(Cell(fmt_number(_lookup(by_metric[metric], key, stat) * scale)))
+        rows.append(row)
+    section.tables.append(Table(columns=[*index, *(c[3] for c in _IO_COLUMNS)], rows=rows, id="io-formats",
+                                caption="Cold-cache epochs: means over epochs; read latency percentiles over "
+                                        "every sample; idle share = 1 - emulated compute / wall time"))
+    figure = _io_figure(timed[(timed["metric"] == "samples_per_s") & (timed["phase"] == "sweep")])
+    if figure is not None:
+        section.figures.append(figure)
+    other = stats[stats["metric"].isin(["repairs", "lost_samples", "staging_time", "staging_saved_per_epoch",
+                                        "staging_break_even", "exactly_once"])
+                  & ~stats["phase"].isin(["sweep", "staged"])]
+    if len(other):
+        section.tables.append(stats_table(other, data.sources, caption="Staging and resilience"))
+    exact = stats[stats["metric"] == "exactly_once"]
+    if len(exact) and (exact["min"] < 1).any():
+        section.notes.append(Cell("some epoch lost or repeated samples", "fail"))
+    elif len(exact):
+        section.notes.append(Cell("every epoch delivered every sample exactly once", "ok"))
+    table = text_table(data.text, caption="Facts, repairs and values not measured")
+    if table is not None:
+        section.tables.append(table)
+    section.tables.append(stats_table(stats, data.sources, caption="All statistics", collapsed=True))
+    return [section]
+
+
+def _io_figure(sps: pd.DataFrame) -> Figure | None:
+    import seaborn as sns
+    from matplotlib.figure import Figure as MplFigure
+
+    if not len(sps):
+        return None
+    plot = sps.assign(setting=[f"{s} · {v} · w={w} pf={p}" for s, v, w, p in
+                               zip(sps["source"], sps["variant"], sps["workers"], sps["prefetch_factor"])])
+    fig = MplFigure(figsize=(8, 3.6))
+    ax = fig.subplots()
+    sns.barplot(data=plot, x="format", y="mean", hue="setting", order=_ordered(plot["format"], IO_FORMAT_ORDER),
+                ax=ax)
+    ax.set_ylabel("samples/s (cold cache, mean)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    return Figure(title="samples/s per format and DataLoader setting", png_base64=png_of(fig),
+                  alt="bar chart of samples per second for each storage format")
+
+
+PRESENTERS.register("io_formats", Presenter(present_io_formats))
+
+
+# -- comm_modes ------------------------------------------------------------------
+
+MODE_ORDER = ("ddp", "hybrid_dp_ddp", "hierarchical", "hierarchical_leader")
+
+
+def _pairs(stats: pd.DataFrame, sources: Sequence[str]) -> list[tuple[str, str]]:
+    return [(s, v) for s in sources for v in _ordered(stats.loc[stats["source"] == s, "variant"])]
+
+
+def _pick(stats: pd.DataFrame, metric: str, **where: object) -> pd.DataFrame:
+    sel = stats[stats["metric"] == metric]
+    for col, val in where.items():
+        sel = sel[sel[col] == val] if col in sel.columns else sel.iloc[0:0]
+    return sel
+
+
+def present_comm_modes(data: ExperimentData) -> list[Section]:
+    """Modes x models x bucket sizes: throughput, step p50/p99 and communication share, sources side by side."""
+    stats = data.stats
+    if not len(stats) or not {"model", "mode", "bucket_cap_mb"} <= set(stats.columns):
+        return present_stats(data)
+    stats = stats[stats["bucket_cap_mb"].notna()].copy()
+    stats["bucket_cap_mb"] = stats["bucket_cap_mb"].astype(float)
+    section = Section(title="Communication modes: throughput and communication share", id="exp-comm-modes")
+    pairs = _pairs(stats, data.sources)
+    tput = _pick(stats, "throughput", scope="total")
+    step = _pick(stats, "step_time", comm="mode")
+    share = _pick(stats, "comm_share")
+    keys = sorted({(r.model, r.mode, r.bucket_cap_mb) for r in stats.itertuples()},
+                  key=lambda k: (k[0], _rank(k[1], MODE_ORDER), k[2]))
+
+    def value(frame: pd.DataFrame, src: str, var: str, key: tuple, column: str) -> float:
+        sel = frame[(frame["source"] == src) & (frame["variant"] == var) & (frame["model"] == key[0])
+                    & (frame["mode"] == key[1]) & (frame["bucket_cap_mb"] == key[2])]
+        return float(sel[column].iloc[0]) if len(sel) else math.nan
+
+    rows = []
+    for key in keys:
+        unit = tput[tput["model"] == key[0]]["unit"]
+        row = [Cell(key[0]), Cell(key[1]), Cell(format_bytes(key[2] * (1 << 20))),
+               Cell(str(unit.iloc[0]) if len(unit) else "")]
+        for src, var in pairs:
+            row += [Cell(fmt_number(value(tput, src, var, key, "p50"))),
+                    Cell(fmt_number(value(step, src, var, key, "p50") * 1e3)),
+                    Cell(fmt_number(value(step, src, var, key, "p99") * 1e3)),
+                    Cell(fmt_number(value(share, src, var, key, "p50"), 3))]
+        rows.append(row)
+    columns = ["model", "mode", "bucket", "unit"] + [c for _ in pairs for c in
+                                                      ("throughput p50 (total)", "step p50 (ms)", "step p99 (ms)",
+                                                       "comm share p50")]
+    groups = [("series", 4)] + [(f"{s} · {v}", 4) for s, v in pairs]
+    section.tables.append(Table(columns=columns, rows=rows, groups=groups, id="comm-modes-comparison",
+                                caption="total throughput and step time (p50 / p99 over steps), communication share "
+                                        "= 1 - t(no-op hook) / t(mode); – where a mode did not run"))
+    figure = _comm_modes_figure(tput, pairs)
+    if figure is not None:
+        section.figures.append(figure)
+    checks = _pick(stats, "grad_match")
+    if len(checks) and (checks["min"] < 1).any():
+        section.notes.append(Cell("some modes' gradients differ from plain DDP's", "fail"))
+    elif len(checks):
+        section.notes.append(Cell("every mode that ran gave plain DDP's gradients", "ok"))
+    table = text_table(data.text, caption="Not measured, with the reason")
+    if table is not None:
+        section.tables.append(table)
+    section.tables.append(stats_table(data.stats, data.sources, caption="All statistics", collapsed=True))
+    return [section]
+
+
+def _comm_modes_figure(tput: pd.DataFrame, pairs: list[tuple[str, str]]) -> Figure | None:
+    import seaborn as sns
+    from matplotlib.figure import Figure as MplFigure
+
+    if not len(tput):
+        return None
+    base = tput[tput["mode"] == "ddp"].set_index(["source", "variant", "model", "bucket_cap_mb"])["p50"]
+    plot = tput.assign(ratio=[r.p50 / base.get((r.source, r.variant, r.model, r.bucket_cap_mb), math.nan)
+                              for r in tput.itertuples()],
+                       series=[f"{s} · {v} · {m}" for s, v, m in zip(tput["source"], tput["variant"], tput["model"])])
+    sweep = plot.groupby("series")["bucket_cap_mb"].transform("nunique") > 1
+    fig = MplFigure(figsize=(11, 3.8))
+    left, right = fig.subplots(1, 2)
+    at = plot[plot["bucket_cap_mb"] == plot.groupby("series")["bucket_cap_mb"].transform("max")]
+    sns.barplot(data=at, x="mode", y="ratio", hue="series", order=_ordered(at["mode"], MODE_ORDER), ax=left)
+    left.axhline(1.0, color="grey", lw=1)
+    left.set_ylabel("throughput p50 / ddp")
+    left.set_title("modes at the largest bucket", fontsize=9)
+    left.tick_params(axis="x", rotation=15)
+    left.legend(fontsize=6)
+    if sweep.any():
+        sw = plot[sweep]
+        sns.lineplot(data=sw, x="bucket_cap_mb", y="p50", hue="mode", style="series", markers=True, ax=right,
+                     hue_order=_ordered(sw["mode"], MODE_ORDER))
+        right.set_xscale("log", base=2)
+        right.axvline(4096 / (1 << 20), color="red", ls=":", lw=1)
+        right.set_yscale("log")
+        right.legend(fontsize=6)
+    else:
+        right.text(0.5, 0.5, "no bucket sweep", ha="center", va="center")
+    right.set_xlabel("bucket_cap_mb (MiB; dotted: 4 KiB IB MTU)")
+    right.set_ylabel("throughput p50 (total)")
+    right.set_title("gradient bucket sweep", fontsize=9)
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return Figure(title="throughput against plain DDP, and against the bucket size", png_base64=png_of(fig),
+                  alt="bars of throughput relative to DDP per mode; lines of throughput against bucket size")
+
+
+PRESENTERS.register("comm_modes", Presenter(present_comm_modes))
+
+
+# -- batch_scaling ---------------------------------------------------------------
+
+def present_batch_scaling(data: ExperimentData) -> list[Section]:
+    """Per-rank throughput, its gain over 1x, and memory per regime and batch factor."""
+    stats = data.stats
+    if not len(stats) or not {"regime", "factor"} <= set(stats.columns):
+        return present_stats(data)
+    stats = stats[stats["factor"].notna()].copy()
+    stats["factor"] = stats["factor"].astype(int)
+    section = Section(title="Batch scaling: per-rank throughput", id="exp-batch-scaling")
+    pairs = _pairs(stats, data.sources)
+    tput = _pick(stats, "throughput_per_rank")
+    mem = _pick(stats, "memory_per_rank")
+    base = tput.loc[tput.groupby(["source", "variant", "regime"])["factor"].idxmin()].set_index(
+        ["source", "variant", "regime"])["p50"] if len(tput) else pd.Series(dtype=float)
+    tput = tput.assign(gain=[r.p50 / base.get((r.source, r.variant, r.regime), math.nan) for r in tput.itertuples()])
+    keys = sorted({(r.regime, r.factor) for r in stats.itertuples()})
+    rows = []
+    for regime, factor in keys:
+        row = [Cell(regime), Cell(f"{factor}x")]
+        for src, var in pairs:
+            t = tput[(tput["source"] == src) & (tput["variant"] == var) & (tput["regime"] == regime)
+                     & (tput["factor"] == factor)]
+            m = mem[(mem["source"] == src) & (mem["variant"] == var) & (mem["regime"] == regime)
+                    & (mem["factor"] == factor)]
+            row += [Cell(fmt_number(t["p50"].iloc[0] if len(t) else math.nan)),
+                    Cell(fmt_number(t["gain"].iloc[0] if len(t) else math.nan, 3)),
+                    Cell(fmt_number(m["max"].iloc[0] if len(m) else math.nan))]
+        rows.append(row)
+    columns = ["regime", "batch"] + [c for _ in pairs for c in ("throughput/rank p50", "gain vs smallest",
+                                                                "memory/rank (MiB)")]
+    groups = [("series", 2)] + [(f"{s} · {v}", 3) for s, v in pairs]
+    section.tables.append(Table(columns=columns, rows=rows, groups=groups, id="batch-scaling-comparison",
+                                caption="per-rank throughput (p50 over steps), gain over the regime's smallest batch "
+                                        "(the guide: +220 % = 3.2x at > 4x), peak memory per rank"))
+    if len(tput):
+        import seaborn as sns
+        from matplotlib.figure import Figure as MplFigure
+
+        plot = tput.assign(series=[f"{s} · {v}" for s, v in zip(tput["source"], tput["variant"])])
+        fig = MplFigure(figsize=(6.5, 3.6))
+        ax = fig.subplots()
+        sns.lineplot(data=plot, x="factor", y="gain", hue="regime", style="series", markers=True, ax=ax)
+        ax.axhline(3.2, color="red", ls=":", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch factor (dotted: the guide's 3.2x)")
+        ax.set_ylabel("throughput per rank / smallest batch")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        section.figures.append(Figure(title="per-rank throughput gain against the batch factor",
+                                      png_base64=png_of(fig), alt="lines of throughput gain per batch factor"))
+    table = text_table(data.text, caption="Facts and values not measured")
+    if table is not None:
+        section.tables.append(table)
+    section.tables.append(stats_table(data.stats, data.sources, caption="All statistics", collapsed=True))
+    return [section]
+
+
+PRESENTERS.register("batch_scaling", Presenter(present_batch_scaling))

@@ -1,0 +1,136 @@
+"""Hierarchical against flat DDP on the emulated cluster: does two-level reduction save link time?
+
+Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
+already up in ``--state``, and takes it down afterwards unless ``--keep``):
+
+    python -m hpcbench.bench.comm_modes [--link-rate 1gbit] [--model resnet18] [--steps 10]
+
+One ``comm_modes`` task, 2 nodes x 2 ranks, runs through the SLURM backend: plain DDP and the
+hierarchical hook on the same model and batch, one after the other in the same job, each
+step interleaved with the same step under a no-op comm hook. Communication time per step =
+t(mode) - t(no-op).
+
+Prediction: a flat ring all-reduce of S bytes over N = 4 ranks (2 per node) carries
+2 (N-1)/N x S = 1.5 S over each direction of the inter-node link; the hierarchical scheme
+carries S (two 2-rank all-reduces of S/2, one per local rank). When bandwidth dominates,
+the communication time should drop by up to 1.5x; target: at least 80 % of it (1.2x).
+
+``--local`` runs the same task with the local backend on emulated nodes (every byte on one
+loopback, no shaped link): a check of the pieces, not of the prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from hpcbench.results import find_record_files, read_records
+from hpcbench.runner import run_suite
+from hpcbench.suite import parse_suite
+
+WORLD, PER_NODE = 4, 2
+#: Bytes over each direction of the inter-node link, in units of the gradient size S.
+FLAT_RING_LINK_BYTES = 2 * (WORLD - 1) / WORLD
+HIERARCHICAL_LINK_BYTES = 1.0
+PREDICTED = FLAT_RING_LINK_BYTES / HIERARCHICAL_LINK_BYTES
+TARGET_FRACTION = 0.8
+
+
+def bench_suite(model: str, steps: int, batch_size: int) -> dict:
+    """The one-task suite: ddp and hierarchical side by side on 2 nodes x 2 ranks."""
+    return {"name": "bench-comm-modes", "tasks": [{"experiment": "comm_modes", "variants": {"hier_vs_flat": {
+        "nodes": 2, "ranks_per_node": PER_NODE, "models": [model], "modes": ["ddp", "hierarchical"],
+        "bucket_cap_mb": [25], "batch_size": batch_size, "image_size": 32, "seq_len": 64,
+        "warmup_steps": 2, "steps": steps, "measure_noop": True, "check": True, "backend": "gloo"}}}]}
+
+
+def compare(records: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: step, no-op step and communication time p50 (ms), throughput p50, gradient check."""
+    from hpcbench.comm_modes import summarize
+
+    s = summarize(records).set_index("mode")
+    return s[["step_p50_ms", "noop_step_p50_ms", "comm_time_p50_ms", "comm_share_p50", "throughput_total_p50",
+              "unit", "grad_match", "buckets", "steps"]]
+
+
+def report(table: pd.DataFrame, link: str) -> str:
+    flat, hier = table.loc["ddp"], table.loc["hierarchical"]
+    comm_ratio = flat["comm_time_p50_ms"] / hier["comm_time_p50_ms"]
+    tput_ratio = hier["throughput_total_p50"] / flat["throughput_total_p50"]
+    target = TARGET_FRACTION * PREDICTED
+    lines = [table.to_string(float_format=lambda v: f"{v:.4g}"), "",
+             f"inter-node link: {link}",
+             f"predicted link bytes per direction: flat ring {FLAT_RING_LINK_BYTES:.2f} S, hierarchical "
+             f"{HIERARCHICAL_LINK_BYTES:.2f} S -> communication time ratio up to {PREDICTED:.2f}x",
+             f"measured communication time ratio (flat / hierarchical, p50): {comm_ratio:.2f}x "
+             f"(target >= {target:.2f}x: {'met' if comm_ratio >= target else 'NOT met'})",
+             f"measured samples/s ratio (hierarchical / flat, p50): {tput_ratio:.2f}x"]
+    return "\n".join(lines)
+
+
+def _other_clusters() -> list[str]:
+    try:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.split()[0] for line in out.splitlines() if line.startswith("hpcb-")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--link-rate", default="1gbit")
+    ap.add_argument("--model", default="resnet18", help="a model of hpcbench.models (resnet18: 47 MB of gradients)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--state", default="/tmp/hpcbench-bench-cluster")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    ap.add_argument("--local", action="store_true", help="local backend, emulated nodes, no shaped link")
+    ap.add_argument("--force", action="store_true",
+                    help="bring a cluster up even when hpcb-* namespaces of another cluster exist (tears it down)")
+    args = ap.parse_args(argv)
+    suite = parse_suite(bench_suite(args.model, args.steps, args.batch_size))
+    out = Path(tempfile.mkdtemp(prefix="hpcbench-bench-comm-modes-"))
+    started = False
+    if args.local:
+        backend, link = "local", "none (local backend: emulated nodes share one loopback)"
+    else:
+        from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
+        from hpcbench.cluster.emulated import ClusterError
+
+        try:
+            info = load_cluster(args.state)
+            print(f"using the cluster already up in {args.state}")
+        except ClusterError:
+            others = _other_clusters()
+            if others and not args.force:
+                print(f"refusing to bring up a cluster: namespaces {others} belong to another one (someone's "
+                      f"tests?); bringing one up would tear it down. Pass --force, or --state of that cluster.",
+                      file=sys.stderr)
+                return 2
+            info = cluster_up(ClusterSpec(nodes=2, link_rate=args.link_rate, link_delay="0ms",
+                                          state_dir=args.state))
+            started = True
+        os.environ.update(info.env())
+        backend, link = "slurm", f"{info.spec.link_rate} shaped with tc on both ends of each node's veth"
+    try:
+        (status,) = run_suite(suite, out / "run", backend=backend, progress=False)
+    finally:
+        if started and not args.keep:
+            cluster_down(args.state)
+    if status.state != "done":
+        print(f"comm_modes task failed: {status.error}", file=sys.stderr)
+        return 1
+    records = pd.concat([read_records(p) for p in find_record_files(out / "run" / "tasks")], ignore_index=True)
+    print(report(compare(records), link))
+    print(f"records: {out / 'run'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Storage formats side by side: shards against small files, and against the disk's own limit.
+
+Run: ``python -m hpcbench.bench.io_formats [--images 2000] [--workers 2] [--root DIR]``
+
+One data set (default 2,000 ImageNet-like JPEGs, ~110 KB mean) stored as small files and as
+HDF5, TFRecord and tar shards (``--shard-size``). Every epoch starts with the data set's files
+evicted from the page cache (checked with mincore) and reads through a DataLoader with
+``--workers`` persistent workers (started by an untimed warm-up epoch), no emulated compute. Three modes, formats interleaved in each round:
+
+* ``storage``: raw JPEG bytes (no decoding), shards checked by size: what storage delivers;
+* ``storage+sha256``: the same with every shard hashed against the manifest (resilient reading);
+* ``decoded``: JPEG decoding to tensors (torchvision) as training would do it.
+
+Then a plain sequential read (8 MiB ``read`` calls, one stream, cold) of the best format's
+shard files: the limit of this disk for those bytes. Printed side by side, with the targets:
+best shard format >= 3x the small-file folder in samples/s (storage mode), and the best
+format's MB/s >= 60 % of the plain sequential read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from torch.utils.data import DataLoader
+
+from hpcbench.config import parse_bytes
+from hpcbench.data.generators.images import ImageSpec, make_images
+from hpcbench.data.manifest import load_manifest, shard_paths
+from hpcbench.data.page_cache import evict
+from hpcbench.data.readers import collate_samples, open_dataset
+from hpcbench.data.writers import convert
+from hpcbench.io_formats import measure_epoch
+
+FORMATS = ("files", "hdf5", "tfrecord", "tar")
+MODES = {"storage": dict(decode=False, verify="size"),
+         "storage+sha256": dict(decode=False, verify="sha256"),
+         "decoded": dict(decode=True, verify="size", image_size=224)}
+SPEEDUP_TARGET = 3.0
+DISK_SHARE_TARGET = 0.60
+
+
+def prepare(root: Path, images: int, classes: int, shard_bytes: int) -> dict[str, Path]:
+    """The image folder (reused when it already holds ``images`` images) and its shard copies."""
+    folders = {"files": root / "files"}
+    try:
+        reuse = load_manifest(folders["files"])[0].samples == images
+    except Exception:  # noqa: BLE001 - anything unusable is simply regenerated
+        reuse = False
+    if not reuse:
+        t0 = time.perf_counter()
+        make_images(folders["files"], ImageSpec(images, classes))
+        print(f"generated {images} images in {time.perf_counter() - t0:.1f} s")
+    for fmt in FORMATS[1:]:
+        folders[fmt] = root / fmt
+        convert(folders["files"], folders[fmt], fmt, shard_bytes=shard_bytes)
+    return folders
+
+
+def sequential_read(paths: list[Path], chunk: int = 8 << 20) -> tuple[float, int, str]:
+    """Cold single-stream read of ``paths`` in order: (seconds, bytes, eviction note)."""
+    note = evict(paths).describe()
+    buf = bytearray(chunk)
+    total = 0
+    t0 = time.perf_counter()
+    for p in paths:
+        with open(p, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                total += n
+    return time.perf_counter() - t0, total, note
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=128, help="ImageNet recipes use 128-256 per GPU")
+    ap.add_argument("--shard-size", default="32M")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the median epoch is kept")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"subset of {list(MODES)}")
+    ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
+                                                 "./results, removed afterwards); kept when given")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = ap.parse_args(argv)
+
+    if args.root:
+        root = Path(args.root)
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        # On this disk, not /tmp: /tmp may be a tmpfs, where "cold cache" means nothing.
+        Path("results").mkdir(exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix="bench-io-formats-", dir="results"))
+    try:
+        folders = prepare(root, args.images, args.classes, parse_bytes(args.shard_size))
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        results: dict[str, dict[str, dict]] = {m: {} for m in modes}
+        notes: set[str] = set()
+        for mode in modes:
+            walls: dict[str, list[float]] = {f: [] for f in FORMATS}
+            info: dict[str, tuple[int, int, int]] = {}
+            loaders = {}
+            for fmt in FORMATS:
+                # Persistent workers, started by an untimed warm-up epoch: what a training job
+                # pays once, not per epoch.
+                ds = open_dataset(folders[fmt], seed=0, **MODES[mode])
+                loaders[fmt] = (ds, DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
+                                               prefetch_factor=2 if args.workers else None,
+                                               persistent_workers=args.workers > 0, collate_fn=collate_samples))
+                for _ in loaders[fmt][1]:
+                    pass
+            for rnd in range(args.rounds):
+                order = FORMATS if rnd % 2 == 0 else FORMATS[::-1]  # drift favours no format
+                for fmt in order:
+                    ds, loader = loaders[fmt]
+                    r = measure_epoch(ds, epoch=rnd + 1, workers=args.workers, prefetch_factor=2,
+                                      batch_size=args.batch_size, compute_s=0.0, device_prefetch=False,
+                                      evict_paths=shard_paths(ds.manifest, ds.folder), loader=loader)
+                    if not r.exact:
+                        raise SystemExit(f"{fmt}: epoch lost or repeated samples ({r.missing}, {r.repeated})")
+                    notes.add(r.eviction.describe().split(":")[0])
+                    walls[fmt].append(r.wall_s)
+                    info[fmt] = (r.samples, ds.manifest.bytes, r.opens)
+            del loaders  # stops the persistent workers
+            for fmt in FORMATS:
+                wall = statistics.median(walls[fmt])
+                samples, nbytes, opens = info[fmt]
+                results[mode][fmt] = {"wall_s": wall, "samples_per_s": samples / wall, "MB_per_s": nbytes / wall / 1e6,
+                                      "opens": opens, "bytes": nbytes}
+        print(f"\n{args.images} images, {args.workers} DataLoader workers, batch {args.batch_size}, cold page cache "
+              f"({', '.join(sorted(notes))}), median of {args.rounds} rounds\n")
+        print(f"{'mode':16s} {'format':9s} {'samples/s':>10s} {'MB/s':>8s} {'x files':>8s} {'opens':>6s}")
+        for mode in modes:
+            base = results[mode]["files"]["samples_per_s"]
+            for fmt in FORMATS:
+                r = results[mode][fmt]
+                print(f"{mode:16s} {fmt:9s} {r['samples_per_s']:10.0f} {r['MB_per_s']:8.1f} "
+                      f"{r['samples_per_s'] / base:8.2f} {r['opens']:6d}")
+        summary = {"results": results}
+        if "storage" in results:
+            # The reader alone, one process, no DataLoader: separates storage + format cost from
+            # the workers' inter-process transfer of every sample.
+            alone = {}
+            for fmt in FORMATS:
+                ds = open_dataset(folders[fmt], seed=0, **MODES["storage"])
+                evict(ds.shard_paths)
+                t0 = time.perf_counter()
+                n = sum(1 for _ in ds)
+                alone[fmt] = n / (time.perf_counter() - t0)
+            print("reader alone    " + "  ".join(f"{fmt} {alone[fmt]:.0f}/s ({alone[fmt] / alone['files']:.2f}x)"
+                                                  for fmt in FORMATS) + "  [one process, no DataLoader, cold]")
+            summary["reader_alone_samples_per_s"] = alone
+            storage = results["storage"]
+            best = max(FORMATS[1:], key=lambda f: storage[f]["samples_per_s"])
+            speedup = storage[best]["samples_per_s"] / storage["files"]["samples_per_s"]
+            seconds, nbytes, note = sequential_read(shard_paths(*load_manifest(folders[best])))
+            disk = nbytes / seconds / 1e6
+            share = storage[best]["MB_per_s"] / disk
+            print(f"\nplain sequential read of the {best} shards: {disk:.1f} MB/s ({note})")
+            print(f"best shard format ({best}) vs small files: {speedup:.2f}x samples/s "
+                  f"(target >= {SPEEDUP_TARGET:.0f}x: {'MET' if speedup >= SPEEDUP_TARGET else 'MISSED'})")
+            print(f"{best} MB/s vs plain sequential read: {share:.0%} "
+                  f"(target >= {DISK_SHARE_TARGET:.0%}: {'MET' if share >= DISK_SHARE_TARGET else 'MISSED'})")
+            summary.update(best=best, speedup_vs_files=speedup, sequential_MB_per_s=disk, share_of_sequential=share)
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=1))
+    finally:
+        if not args.root:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

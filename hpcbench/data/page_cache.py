@@ -1,0 +1,98 @@
+"""A cold page cache for every measured epoch: evict a data set's files, then check it worked.
+
+Eviction: ``fsync`` (dirty pages cannot be dropped) then ``posix_fadvise(POSIX_FADV_DONTNEED)``
+per file: no root needed, only this data set's pages go (``echo 1 > drop_caches`` would
+empty the whole machine's cache). The kernel may ignore the advice (some network and
+overlay file systems do), so residency is measured afterwards with ``mincore(2)`` over a
+read-only mapping of each file: the fraction of the data set's pages still in memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+#: Eviction counts as having worked when at most this share of pages stays resident.
+RESIDENT_LIMIT = 0.05
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@dataclass(frozen=True)
+class Eviction:
+    files: int
+    pages: int
+    resident_before: float | None
+    """Share of pages resident before eviction (None where mincore is unavailable)."""
+    resident_after: float | None
+    method: str
+
+    @property
+    def worked(self) -> bool | None:
+        return None if self.resident_after is None else self.resident_after <= RESIDENT_LIMIT
+
+    def describe(self) -> str:
+        if self.resident_after is None:
+            return f"{self.method} on {self.files} files; residency unknown (mincore unavailable)"
+        state = "evicted" if self.worked else "NOT evicted"
+        return (f"{state}: {self.resident_after:.1%} of {self.pages} pages resident after {self.method} "
+                f"on {self.files} files (before: {self.resident_before:.1%})")
+
+
+def resident_pages(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(resident pages, total pages) of a file via mincore; None if it cannot be checked."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0, 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, _MAP_FAILED):
+            return None
+        try:
+            pages = (size + _PAGE - 1) // _PAGE
+            vec = (ctypes.c_ubyte * pages)()
+            if _libc.mincore(addr, size, vec) != 0:
+                return None
+            return sum(b & 1 for b in vec), pages
+        finally:
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def residency(paths: Iterable[Path]) -> tuple[float | None, int]:
+    resident = total = 0
+    for p in paths:
+        r = resident_pages(p)
+        if r is None:
+            return None, 0
+        resident += r[0]
+        total += r[1]
+    return (resident / total if total else 0.0), total
+
+
+def evict(paths: Iterable[str | os.PathLike]) -> Eviction:
+    """Drop ``paths`` from the page cache and measure how much stayed."""
+    paths = [Path(p) for p in paths]
+    before, _ = residency(paths)
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    after, pages = residency(paths)
+    return Eviction(len(paths), pages, before, after, "posix_fadvise(DONTNEED)")

@@ -1,0 +1,17 @@
+"""Readers: one torch ``IterableDataset`` per storage format, all decoding JPEG the same way.
+
+:data:`READERS` maps a format name (``files``, ``hdf5``, ``tfrecord``, ``tar``) to its
+dataset class; :func:`open_dataset` picks the class from the data set's manifest::
+
+    ds = open_dataset("data/images-tfrecord", rank=0, world_size=1, seed=0)
+    loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True, prefetch_factor=1,
+                        collate_fn=collate_samples)
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        for batch in loader: ...   # batch["image"], batch["label"], batch["index"], ...
+"""
+
+from hpcbench.data.readers.base import READERS, ShardedImageDataset, collate_samples, decode_jpeg, open_dataset
+from hpcbench.data.readers import files, hdf5, tar, tfrecord  # noqa: F401  (registers the readers)
+
+__all__ = ["READERS", "ShardedImageDataset", "collate_samples", "decode_jpeg", "open_dataset"]

@@ -1,0 +1,265 @@
+"""The reader template: epoch plan, shuffle buffer, resilient shard reads, JPEG decoding.
+
+A subclass implements one method, :meth:`ShardedImageDataset.read_range`, that yields
+``(jpeg_bytes, label)`` for positions ``start .. stop-1`` of one opened shard. Everything
+else is shared, so the formats differ only in how bytes come off storage:
+
+* which samples this process reads: :func:`hpcbench.data.plan.epoch_pieces` with
+  ``consumer = rank x num_workers + worker`` (exactly once per epoch over all ranks and
+  DataLoader workers; ``rank``/``world_size`` are passed in, no process group needed);
+* shard checks, repairs and open counting: :class:`hpcbench.data.resilience.ShardAccess`;
+* decoding: :func:`decode_jpeg` (``torchvision.io.decode_jpeg``, then an optional resize).
+
+Each item is a dict: ``image`` (uint8 CHW tensor, or the raw JPEG ``bytes`` when
+``decode=False``), ``label``, ``index`` (position in the data set, the same in
+every format), ``nbytes`` (JPEG bytes), ``read_s`` (storage time of this sample: the
+first sample of a shard also carries the shard's open and check) and ``opens`` (files
+opened to produce it). Summing ``opens`` over an epoch counts every open of every worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, ShardError
+from hpcbench.data.manifest import Manifest, check_files, load_manifest
+from hpcbench.data.plan import Piece, buffer_shuffle, epoch_pieces
+from hpcbench.data.resilience import EventLog, OpenedShard, ShardAccess, ShardCheckFailed, Verify
+from hpcbench.registry import Registry
+
+# torchvision 0.29 deprecates its JPEG decoder in favour of torchcodec, which the tested set
+# does not include; the decoder still works and is the one the issue names.
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
+                        category=DeprecationWarning)
+
+#: Faults that trigger a repair and a retry (SOURCE.md 2.5: IOError or checksum error).
+REPAIRABLE = (OSError, CorruptRecordError, ShardCheckFailed)
+
+
+def decode_jpeg(data: bytes, image_size: int | None = None) -> torch.Tensor:
+    """JPEG bytes -> uint8 RGB tensor (3, H, W), resized to ``image_size`` squared when given.
+
+    The one decoding path of every reader, so that formats differ only in storage.
+    """
+    import torchvision.io
+    from torchvision.transforms.v2 import functional as F
+
+    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    image = torchvision.io.decode_jpeg(raw, mode=torchvision.io.ImageReadMode.RGB)
+    if image_size:
+        image = F.resize(image, [image_size, image_size], antialias=True)
+    return image
+
+
+def collate_samples(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack a list of items; raw JPEG bytes and images of different shapes stay a list."""
+    out: dict[str, Any] = {}
+    for key in batch[0]:
+        values = [item[key] for item in batch]
+        if isinstance(values[0], torch.Tensor):
+            same = all(v.shape == values[0].shape for v in values)
+            out[key] = torch.stack(values) if same else values
+        elif isinstance(values[0], bytes):
+            out[key] = values
+        elif isinstance(values[0], float):
+            out[key] = torch.tensor(values, dtype=torch.float64)
+        else:
+            out[key] = torch.tensor(values)
+    return out
+
+
+@dataclass
+class RawSample:
+    index: int
+    label: int
+    data: bytes
+    read_s: float
+    opens: int
+
+
+class ShardedImageDataset(IterableDataset):
+    """Base of the image readers (see the module docstring).
+
+    Args:
+        path: the data set's folder (holding ``manifest.json``).
+        rank, world_size: this process's data-parallel rank and the number of ranks.
+        shuffle: shuffle the shard order per epoch and mix samples in a buffer.
+        seed: the shuffling seed (the same on every rank).
+        shuffle_buffer: samples held by the mixing buffer (per reader process).
+        decode: decode JPEGs to tensors; ``False`` yields the raw bytes (storage only).
+        image_size: resize decoded images to this square size (``None`` keeps them as they are).
+        verify: ``"sha256"`` (check every shard when opened), ``"size"`` or ``"none"``.
+        repair_from: a pristine copy of the data set to repair shards from (default: the
+            manifest's ``source``, which staging sets).
+        allow_skip: when a shard cannot be repaired, count its unread samples as lost (an
+            event in :attr:`events`) instead of raising :class:`ShardError`.
+        max_repairs: repair attempts per shard and read before giving up.
+        events_path: the shared event log (default: a fresh temporary file).
+    """
+
+    format: ClassVar[str] = ""
+
+    def __init__(self, path: str | os.PathLike, *, rank: int = 0, world_size: int = 1, shuffle: bool = True,
+                 seed: int = 0, shuffle_buffer: int = 64, decode: bool = True, image_size: int | None = None,
+                 verify: Verify = "sha256", repair_from: str | os.PathLike | None = None,
+                 allow_skip: bool = False, max_repairs: int = 2, events_path: str | os.PathLike | None = None):
+        super().__init__()
+        manifest, folder = load_manifest(path)
+        if manifest.format != self.format:
+            raise ManifestError(f"field 'format' is {manifest.format!r}, not {self.format!r}", path=str(folder))
+        if not 0 <= rank < world_size:
+            raise DataError(f"rank {rank} is outside 0..{world_size - 1}")
+        self.manifest, self.folder = manifest, folder
+        self.rank, self.world_size = rank, world_size
+        self.shuffle, self.seed, self.shuffle_buffer = shuffle, seed, shuffle_buffer
+        self.decode, self.image_size = decode, image_size
+        self.allow_skip, self.max_repairs = allow_skip, max_repairs
+        self.events = EventLog(events_path)
+        self.access = ShardAccess(folder, manifest, verify=verify, repair_from=repair_from, events=self.events)
+        # Shared with DataLoader workers (inherited at fork, passed at spawn), so that
+        # set_epoch reaches persistent workers too.
+        self._epoch = multiprocessing.RawValue("q", 0)
+        self._offsets = [0]
+        for shard in manifest.shards:
+            self._offsets.append(self._offsets[-1] + shard.samples)
+        self._check_files()
+
+    # -- what subclasses implement ------------------------------------------------------
+    def read_range(self, shard: OpenedShard, start: int, stop: int) -> Iterator[tuple[bytes, int]]:
+        """Yield ``(jpeg_bytes, label)`` for positions ``start .. stop-1`` of ``shard``."""
+        raise NotImplementedError
+
+    # -- public -----------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Use the shard order of ``epoch`` (call before each epoch, as with DistributedSampler).
+
+        Call it before ``iter(loader)``: it reaches the workers, persistent ones included.
+        """
+        self._epoch.value = epoch
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.value)
+
+    def __len__(self) -> int:
+        """Samples this rank reads per epoch (all its workers together)."""
+        n = self.manifest.samples
+        return n * (self.rank + 1) // self.world_size - n * self.rank // self.world_size
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        return [self.access.path(i) for i in range(len(self.manifest.shards))]
+
+    def repairs(self) -> list[dict[str, Any]]:
+        return self.events.read("repair")
+
+    def lost(self) -> list[dict[str, Any]]:
+        return self.events.read("lost")
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        consumer = self.rank * workers + worker
+        pieces = epoch_pieces([s.samples for s in self.manifest.shards], consumers=self.world_size * workers,
+                              consumer=consumer, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
+        rng = random.Random(f"{self.seed}:{self.epoch}:{consumer}")
+        raw = self._read_pieces(pieces, {"rank": self.rank, "worker": worker, "epoch": self.epoch})
+        for sample in buffer_shuffle(raw, self.shuffle_buffer if self.shuffle else 1, rng):
+            yield self._item(sample)
+
+    # -- internals ------------------------------------------------------------------------
+    def _check_files(self) -> None:
+        """Missing or wrong-sized shards are repaired up front, or named in a ManifestError."""
+        for problem in check_files(self.manifest, self.folder):
+            path = problem.split(": ", 1)[0]
+            i = next(i for i, s in enumerate(self.manifest.shards) if str(self.folder / s.path) == path)
+            if not self.access.repair(i, problem, stage="open"):
+                raise ManifestError(f"the manifest does not match the files: {problem} (no intact source "
+                                    f"copy to repair it from)", path=str(self.folder / "manifest.json"))
+
+    def _item(self, s: RawSample) -> dict[str, Any]:
+        if self.decode:
+            try:
+                image = decode_jpeg(s.data, self.image_size)
+            except RuntimeError as exc:
+                raise DataError(f"sample {s.index} is not a decodable JPEG ({exc})", path=str(self.folder)) from None
+        else:
+            # Plain bytes, not tensors: a batch of them crosses from a worker in one pickle,
+            # where variable-length tensors would each need a shared-memory segment.
+            image = s.data
+        return {"image": image, "label": s.label, "index": s.index, "nbytes": len(s.data),
+                "read_s": s.read_s, "opens": s.opens}
+
+    def _read_pieces(self, pieces: list[Piece], where: dict[str, int]) -> Iterator[RawSample]:
+        reported = self.access.opens
+        for piece in pieces:
+            for pos, data, label, seconds in self._read_piece(piece, where):
+                opens, reported = self.access.opens - reported, self.access.opens
+                yield RawSample(self._offsets[piece.shard] + pos, label, data, seconds, opens)
+
+    def _read_piece(self, piece: Piece, where: dict[str, int]) -> Iterator[tuple[int, bytes, int, float]]:
+        """One piece, retried after a repair from where it failed; no sample twice, none lost silently."""
+        done, repairs = 0, 0
+        while True:
+            try:
+                t0 = time.perf_counter()
+                shard = self.access.open(piece.shard)
+                records = self.read_range(shard, piece.start + done, piece.stop)
+                while True:
+                    item = next(records, None)
+                    seconds = time.perf_counter() - t0
+                    if item is None:
+                        return
+                    yield piece.start + done, item[0], item[1], seconds
+                    done += 1
+                    t0 = time.perf_counter()
+            except REPAIRABLE as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                if repairs < self.max_repairs and self.access.repair(piece.shard, reason, **where):
+                    repairs += 1
+                    continue
+                path = str(self.access.path(piece.shard))
+                lost = len(piece) - done
+                if self.allow_skip:
+                    self.events.add("lost", shard=path, samples=lost, reason=reason, **where)
+                    return
+                raise ShardError(f"shard is corrupt and could not be repaired ({reason}); {lost} samples "
+                                 f"unread (pass allow_skip=True to count them as lost instead)",
+                                 path=path, samples=lost) from None
+
+
+READERS: Registry[type[ShardedImageDataset]] = Registry("data format")
+
+
+def register_reader(cls: type[ShardedImageDataset]) -> type[ShardedImageDataset]:
+    READERS.register(cls.format, cls)
+    return cls
+
+
+def open_dataset(path: str | os.PathLike, format: str | None = None, **options: Any) -> ShardedImageDataset:
+    """The reader for the data set at ``path``, chosen from its manifest's format.
+
+    Args:
+        format: when given, must match the manifest (a check, not a conversion).
+        options: passed to the reader (see :class:`ShardedImageDataset`).
+
+    Raises:
+        DatasetNotFoundError, ManifestError: bad path or manifest (named).
+        RegistryError: a format no reader is registered for (lists the known ones).
+    """
+    manifest, folder = load_manifest(path)
+    if format is not None and format != manifest.format:
+        READERS.get(format)  # an unknown name is reported as such first
+        raise ManifestError(f"field 'format' is {manifest.format!r}, but {format!r} was asked for",
+                            path=str(folder / "manifest.json"))
+    return READERS.get(manifest.format)(folder, **options)

@@ -1,0 +1,230 @@
+"""Resilient reading (SOURCE.md 2.5), bad input, staging, page-cache eviction, prefetching."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from data_fixtures import SPEC, image_sets, source_samples  # noqa: F401
+from hpcbench.data.errors import DatasetNotFoundError, ManifestError, ShardError
+from hpcbench.data.manifest import load_manifest, sha256_file, shard_paths
+from hpcbench.data.page_cache import evict, residency
+from hpcbench.data.prefetch import DevicePrefetcher, buffer_samples, prefetch_sweep
+from hpcbench.data.readers import collate_samples, open_dataset
+from hpcbench.data.staging import stage_dataset
+from hpcbench.data.writers import convert
+from hpcbench.errors import HpcbenchError, RegistryError
+
+# torchvision 0.29 deprecates its JPEG decoder (torchcodec is not in the tested set); it still works.
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
+
+
+
+@pytest.fixture
+def staged(image_sets, tmp_path):
+    """A staged copy of each shard format (manifest 'source' = the original)."""
+    return lambda fmt: stage_dataset(image_sets[fmt], tmp_path / f"staged-{fmt}", workers=2).path
+
+
+def _flip_byte(path: Path, at: float = 0.5) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _epoch_indices(ds, workers=2) -> list[int]:
+    loader = DataLoader(ds, batch_size=4, num_workers=workers, collate_fn=collate_samples)
+    return [i for batch in loader for i in batch["index"].tolist()]
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "tar", "hdf5"])
+def test_corrupt_shard_is_repaired_and_epoch_is_exact(staged, image_sets, fmt):
+    folder = staged(fmt)
+    manifest, _ = load_manifest(folder)
+    victim = folder / manifest.shards[1].path
+    _flip_byte(victim)
+    ds = open_dataset(folder, decode=False)
+    seen = _epoch_indices(ds)
+    assert sorted(seen) == list(range(SPEC.count)), "every sample exactly once despite the corrupt shard"
+    repairs = ds.repairs()
+    assert [r["shard"] for r in repairs] == [str(victim)]
+    assert "sha256" in repairs[0]["reason"] and repairs[0]["source"] == str(image_sets[fmt].resolve() / victim.name)
+    assert sha256_file(victim) == manifest.shards[1].sha256 and not ds.lost()
+
+
+def test_truncated_shard_found_mid_read_is_repaired_without_repeats(staged):
+    # verify="none": the fault shows up only when the record CRC/length check hits it, after
+    # some samples of the piece were delivered; the retry resumes where it failed.
+    folder = staged("tfrecord")
+    manifest, _ = load_manifest(folder)
+    victim = folder / manifest.shards[0].path
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size * 2 // 3])
+    ds = open_dataset(folder, decode=False, verify="none", shuffle=False)
+    seen = [item["index"] for item in ds]
+    assert seen == list(range(SPEC.count))
+    assert len(ds.repairs()) == 1 and "truncated" in ds.repairs()[0]["reason"]
+
+
+def test_wrong_size_shard_is_repaired_on_open(staged):
+    folder = staged("tar")
+    manifest, _ = load_manifest(folder)
+    (folder / manifest.shards[2].path).write_bytes(b"short")
+    ds = open_dataset(folder, decode=False)
+    assert ds.repairs() and ds.repairs()[0]["stage"] == "open"
+    assert sorted(item["index"] for item in ds) == list(range(SPEC.count))
+
+
+def test_unrepairable_shard_is_a_clear_error(image_sets, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(image_sets["tfrecord"], folder)           # no source copy recorded
+    manifest, _ = load_manifest(folder)
+    victim = folder / manifest.shards[1].path
+    _flip_byte(victim)
+    ds = open_dataset(folder, decode=False)
+    with pytest.raises(ShardError) as info:
+        list(ds)
+    assert isinstance(info.value, HpcbenchError)
+    assert str(victim) in str(info.value) and "allow_skip" in str(info.value)
+    assert info.value.samples == manifest.shards[1].samples
+    assert ds.events.read("repair_failed")
+
+
+def test_allow_skip_counts_lost_samples(image_sets, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(image_sets["hdf5"], folder)
+    manifest, _ = load_manifest(folder)
+    _flip_byte(folder / manifest.shards[0].path, at=0.9)
+    ds = open_dataset(folder, decode=False, allow_skip=True)
+    seen = _epoch_indices(ds)
+    lost = ds.lost()
+    assert sum(e["samples"] for e in lost) == manifest.shards[0].samples
+    assert len(seen) + sum(e["samples"] for e in lost) == SPEC.count   # nothing lost silently
+    assert len(set(seen)) == len(seen)
+
+
+def test_source_copy_also_corrupt_is_unrepairable(staged, image_sets, tmp_path):
+    folder = staged("tar")
+    manifest, _ = load_manifest(folder)
+    bad_source = tmp_path / "bad-source"
+    shutil.copytree(image_sets["tar"], bad_source)
+    _flip_byte(bad_source / manifest.shards[0].path)
+    _flip_byte(folder / manifest.shards[0].path)
+    ds = open_dataset(folder, decode=False, repair_from=bad_source)
+    with pytest.raises(ShardError, match="could not be repaired"):
+        list(ds)
+    assert "does not match the manifest either" in ds.events.read("repair_failed")[0]["why"]
+
+
+# -- bad input ----------------------------------------------------------------------
+
+def test_path_that_does_not_exist(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match=str(tmp_path / "nope")):
+        open_dataset(tmp_path / "nope")
+
+
+def test_missing_manifest_names_folder_and_fix(image_sets, tmp_path):
+    folder = tmp_path / "nomanifest"
+    shutil.copytree(image_sets["tar"], folder)
+    (folder / "manifest.json").unlink()
+    with pytest.raises(ManifestError, match="no manifest.json") as info:
+        open_dataset(folder)
+    assert str(folder) in str(info.value) and "data_prep" in str(info.value)
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.pop("format"), "'format' is missing"),
+    (lambda d: d.update(samples=d["samples"] + 1), "field 'samples'"),
+    (lambda d: d["shards"][0].update(sha256=7), "shards[0]"),
+    (lambda d: d["shards"][0].update(path="../../etc/passwd"), "inside the data set folder"),
+])
+def test_malformed_manifest_names_the_field(image_sets, tmp_path, edit, field):
+    folder = tmp_path / "m"
+    shutil.copytree(image_sets["tar"], folder)
+    data = json.loads((folder / "manifest.json").read_text())
+    edit(data)
+    (folder / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        open_dataset(folder)
+
+
+def test_manifest_that_does_not_match_the_files(image_sets, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(image_sets["tfrecord"], folder)
+    manifest, _ = load_manifest(folder)
+    (folder / manifest.shards[-1].path).unlink()
+    with pytest.raises(ManifestError, match="does not match the files") as info:
+        open_dataset(folder)
+    assert manifest.shards[-1].path in str(info.value)
+    (folder / "manifest.json").write_text("{not json")
+    with pytest.raises(ManifestError, match="not readable JSON"):
+        open_dataset(folder)
+
+
+def test_unknown_format_lists_known_ones(image_sets, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(image_sets["tar"], folder)
+    data = json.loads((folder / "manifest.json").read_text())
+    data["format"] = "parquet"
+    (folder / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(RegistryError, match="parquet.*files, hdf5, tar, tfrecord"):
+        open_dataset(folder)
+    with pytest.raises(RegistryError, match="zarr"):
+        convert(image_sets["files"], tmp_path / "z", "zarr")
+    with pytest.raises(ManifestError, match="converters read an image folder"):
+        convert(image_sets["tar"], tmp_path / "t", "hdf5")
+
+
+# -- staging, page cache, prefetching ------------------------------------------------
+
+def test_staging_copies_and_verifies(image_sets, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_TMPDIR", str(tmp_path / "slurm_tmp"))
+    result = stage_dataset(image_sets["hdf5"], workers=3)
+    assert result.path.parent == tmp_path / "slurm_tmp"
+    manifest, folder = load_manifest(result.path)
+    assert manifest.source == str(image_sets["hdf5"].resolve())
+    assert result.files == len(manifest.shards) and result.bytes == manifest.bytes and result.same_device
+    assert [sha256_file(p) for p in shard_paths(manifest, folder)] == [s.sha256 for s in manifest.shards]
+
+
+def test_eviction_empties_the_page_cache_for_these_files(image_sets):
+    manifest, folder = load_manifest(image_sets["tfrecord"])
+    paths = shard_paths(manifest, folder)
+    for p in paths:
+        p.read_bytes()
+    assert residency(paths)[0] > 0.9
+    result = evict(paths)
+    assert result.resident_before > 0.9
+    if not result.worked:
+        pytest.skip(f"this file system ignores posix_fadvise: {result.describe()}")
+    assert result.resident_after <= 0.05 and "evicted" in result.describe()
+
+
+def test_cpu_prefetcher_keeps_order_and_raises_errors():
+    batches = [{"x": torch.full((2,), i)} for i in range(7)]
+    out = list(DevicePrefetcher(batches, "cpu", depth=2))
+    assert [int(b["x"][0]) for b in out] == list(range(7))
+
+    def failing():
+        yield {"x": torch.zeros(1)}
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        list(DevicePrefetcher(failing(), "cpu"))
+
+
+def test_buffer_rule():
+    assert buffer_samples(4, 32, 1) == 4 * 32          # C5: num_workers x batch_size
+    assert prefetch_sweep() == [1, 2, 4]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU only: the CUDA side-stream prefetcher")
+def test_cuda_prefetcher_moves_batches():
+    batches = [{"x": torch.full((4,), i).pin_memory()} for i in range(3)]
+    out = list(DevicePrefetcher(batches, "cuda"))
+    assert [b["x"].device.type for b in out] == ["cuda"] * 3
+    assert [int(b["x"][0]) for b in out] == [0, 1, 2]
