@@ -27,6 +27,7 @@ from hpcbench.dist.topology import GROUP_KINDS, Topology
 from hpcbench.metrics import algbw, busbw
 from hpcbench.registry import Registry
 from hpcbench.results import RecordWriter
+from hpcbench.sanity import Verification
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 #: NCCL's documented limit on NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD.
@@ -324,19 +325,6 @@ def summarize(records):
     return pd.DataFrame(out)
 
 
-@dataclass
-class Verification:
-    """The sanity check of a collectives run (ReFrame's ``sanity``)."""
-
-    ok: bool
-    problems: list[str]
-
-    def __str__(self) -> str:
-        if self.ok:
-            return "PASS: every op returned the expected values and every requested group and size was measured"
-        return "FAIL:\n" + "\n".join(f"  - {p}" for p in self.problems)
-
-
 def nccl_settings_note(records, cfg: CollectivesConfig) -> str:
     """What this run's NCCL settings did: applied (NCCL), not applicable (gloo), or none set (C10)."""
     settings = cfg.nccl_settings()
@@ -351,6 +339,9 @@ def nccl_settings_note(records, cfg: CollectivesConfig) -> str:
     seen = coll[coll["metric"] == "nccl_setting"]
     shown = ", ".join(f"{json.loads(lab)['name']}={t}" for lab, t in zip(seen["labels"], seen["text"]))
     return f"Applied through the workers' environment before NCCL started: {shown or listed}."
+
+
+_PASSED = "every op returned the expected values and every requested group and size was measured"
 
 
 def verify_records(records, cfg: CollectivesConfig) -> Verification:
@@ -375,4 +366,4 @@ def verify_records(records, cfg: CollectivesConfig) -> Verification:
         for op_name in cfg.ops:
             if (op_name, kind) not in measured:
                 problems.append(f"{op_name} on {kind} groups was not measured")
-    return Verification(ok=not problems, problems=problems)
+    return Verification(problems, passed=_PASSED)

@@ -33,6 +33,7 @@ from hpcbench.errors import ConfigError, HpcbenchError
 from hpcbench.models import MODEL_NAMES, MODELS, ModelSpec
 from hpcbench.registry import Registry
 from hpcbench.results import RecordWriter
+from hpcbench.sanity import Verification
 
 #: One InfiniBand MTU (4 KiB) in DDP's bucket_cap_mb unit (MiB): the C17 sweep point.
 IB_MTU_BUCKET_MB = 4096 / (1 << 20)
@@ -500,18 +501,8 @@ def bucket_findings(summary: Any) -> list[str]:
     return lines
 
 
-@dataclass
-class Verification:
-    """The sanity check of a comm_modes run (ReFrame's ``sanity``)."""
-
-    ok: bool
-    problems: list[str]
-
-    def __str__(self) -> str:
-        if self.ok:
-            return ("PASS: every mode that ran gave plain DDP's gradients, and every model x mode x bucket "
-                    "was measured or recorded as not applicable with its reason")
-        return "FAIL:\n" + "\n".join(f"  - {p}" for p in self.problems)
+_PASSED = ("every mode that ran gave plain DDP's gradients, and every model x mode x bucket "
+           "was measured or recorded as not applicable with its reason")
 
 
 def verify_records(records: Any, cfg: CommModesConfig) -> Verification:
@@ -531,4 +522,4 @@ def verify_records(records: Any, cfg: CommModesConfig) -> Verification:
                     problems.append(f"{model} / {mode} / {bucket:g} MiB: {r.steps} timed steps, expected {cfg.steps}")
                 elif cfg.check and r.grad_match is not True:
                     problems.append(f"{model} / {mode} / {bucket:g} MiB: gradients differ from plain DDP's")
-    return Verification(ok=not problems, problems=problems)
+    return Verification(problems, passed=_PASSED)

@@ -102,3 +102,20 @@ def broken_notebooks(tmp_path, broken: str):
     nb.cells.insert(idx + 1, nbformat.v4.new_code_cell('raise RuntimeError("injected failure")'))
     nbformat.write(nb, folder / broken)
     return folder
+
+
+def execute_notebook(name, tmp_path, **params):
+    """Run experiment ``name``'s notebook with papermill in a real kernel; return (records, task dir)."""
+    import pandas as pd
+    import papermill as pm
+
+    from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.results import find_record_files, read_records
+
+    out_dir = tmp_path / name
+    pm.execute_notebook(str(EXPERIMENTS.get(name).notebook_path()), str(tmp_path / f"{name}.ipynb"),
+                        parameters={**params, "output_dir": str(out_dir), "task_id": f"{name}.t"},
+                        kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+    files = find_record_files(out_dir)
+    assert files, f"{name} wrote no records"
+    return pd.concat([read_records(p) for p in files], ignore_index=True), out_dir

@@ -6,7 +6,7 @@ import pytest
 
 from hpcbench.batch_scaling import BatchScalingConfig, step_cost_model
 from hpcbench.errors import ConfigError
-from test_notebooks import _execute
+from conftest import execute_notebook
 
 
 @pytest.mark.parametrize("values, field", [
@@ -41,7 +41,7 @@ def test_step_cost_model_recovers_a_linear_step():
 
 
 def test_batch_scaling_notebook_runs_tiny(tmp_path):
-    df, _ = _execute("batch_scaling", tmp_path, model="gpt2_tiny", base_batch=2, factors=[1, 4],
+    df, _ = execute_notebook("batch_scaling", tmp_path, model="gpt2_tiny", base_batch=2, factors=[1, 4],
                      steps=2, warmup_steps=1, seq_len=32)
     tput = df[df["metric"] == "throughput_per_rank"]
     assert len(tput) == 2 * 2 * 2 and (tput["value"] > 0).all()   # regimes x factors x steps

@@ -198,9 +198,9 @@ def test_comm_share_and_bucket_sweep_records(modes_run):
 
 
 def test_comm_modes_notebook_runs_tiny(tmp_path):
-    from test_notebooks import _execute
+    from conftest import execute_notebook
 
-    df, _ = _execute("comm_modes", tmp_path, models=["gpt2_tiny"], modes=["ddp", "hierarchical", "hybrid_dp_ddp"],
+    df, _ = execute_notebook("comm_modes", tmp_path, models=["gpt2_tiny"], modes=["ddp", "hierarchical", "hybrid_dp_ddp"],
                      bucket_cap_mb=[25.0, IB_MTU_BUCKET_MB], steps=2, warmup_steps=1, batch_size=2, seq_len=32)
     assert (df[df["metric"] == "grad_match"]["value"].dropna() == 1.0).all()
     nb = __import__("nbformat").read(tmp_path / "comm_modes.ipynb", as_version=4)

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 
 import nbformat
-import pandas as pd
-import papermill as pm
 import pytest
 
+from conftest import execute_notebook
 from hpcbench.claims import evaluate_claim, get_claim
 from hpcbench.errors import ConfigError
-from hpcbench.experiments import EXPERIMENTS
 from hpcbench.io_formats import IoFormatsConfig, summarize, verify_records
-from hpcbench.results import RecordContext, RecordWriter, find_record_files, read_records
+from hpcbench.results import RecordContext, RecordWriter, read_records
 
 # torchvision 0.29 deprecates its JPEG decoder (torchcodec is not in the tested set); it still works.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
@@ -23,22 +20,10 @@ TINY = dict(images=24, classes=3, mean_image_kb=20, shard_size=100_000, workers=
             batch_size=4, compute_ms=5, image_size=32)
 
 
-def _execute(tmp_path, **params):
-    """As tests/test_notebooks.py runs a notebook: papermill, python3 kernel, records read back."""
-    name = "io_formats"
-    out_dir = tmp_path / name
-    pm.execute_notebook(str(EXPERIMENTS.get(name).notebook_path()), str(tmp_path / f"{name}.ipynb"),
-                        parameters={**params, "output_dir": str(out_dir), "task_id": f"{name}.t"},
-                        kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
-    files = find_record_files(out_dir)
-    assert files, f"{name} wrote no records"
-    return pd.concat([read_records(p) for p in files], ignore_index=True), out_dir
-
-
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("io_nb")
-    df, out_dir = _execute(tmp, **TINY)
+    df, out_dir = execute_notebook("io_formats", tmp, **TINY)
     return df, out_dir, tmp
 
 

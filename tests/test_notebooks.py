@@ -4,12 +4,11 @@ import ast
 import json
 
 import nbformat
-import pandas as pd
 import papermill as pm
 import pytest
 
+from conftest import execute_notebook
 from hpcbench.experiments import EXPERIMENTS
-from hpcbench.results import find_record_files, read_records
 from hpcbench.task import CONTEXT_DEFAULTS
 
 
@@ -32,18 +31,8 @@ def test_notebooks_are_stored_without_outputs(name):
             assert not cell.outputs and cell.execution_count is None
 
 
-def _execute(name, tmp_path, **params):
-    out_dir = tmp_path / name
-    pm.execute_notebook(str(EXPERIMENTS.get(name).notebook_path()), str(tmp_path / f"{name}.ipynb"),
-                        parameters={**params, "output_dir": str(out_dir), "task_id": f"{name}.t"},
-                        kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
-    files = find_record_files(out_dir)
-    assert files, f"{name} wrote no records"
-    return pd.concat([read_records(p) for p in files], ignore_index=True), out_dir
-
-
 def test_environment_notebook_runs(tmp_path):
-    df, out_dir = _execute("environment", tmp_path)
+    df, out_dir = execute_notebook("environment", tmp_path)
     assert set(df["experiment"]) == {"environment"}
     assert (df["metric"] == "toolchain.python").any()
     saved = json.loads((out_dir / "config.json").read_text())
@@ -51,7 +40,7 @@ def test_environment_notebook_runs(tmp_path):
 
 
 def test_collectives_notebook_runs_tiny(tmp_path):
-    df, _ = _execute("collectives", tmp_path, nodes=2, ranks_per_node=2, ops=["all_reduce", "broadcast"],
+    df, _ = execute_notebook("collectives", tmp_path, nodes=2, ranks_per_node=2, ops=["all_reduce", "broadcast"],
                      max_bytes=4096, iters=2, warmup_iters=1)
     checks = df[df["metric"] == "correct"]
     assert len(checks) == 2 * 2 * 5 and (checks["value"] == 1.0).all()
