@@ -7,13 +7,14 @@ STAMP  := $(VENV)/.hpcbench-installed
 # Timestamped so that a second `make demo` never overwrites the first run's results.
 DEMO_RUN := results/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup test demo bench clean-venv help
+.PHONY: setup test demo bench bench-cluster clean-venv help
 
 help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
 	@echo "make demo    run the demo suite on this machine and write reports/demo/index.html"
 	@echo "make test    run the whole test suite (set HPCBENCH_REQUIRE_INTEGRATION=1 to forbid skips)"
 	@echo "make bench   run the benchmarks (ratios measured side by side, not tests)"
+	@echo "make bench-cluster   the benchmarks on the emulated SLURM cluster (root)"
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +37,12 @@ demo: setup
 
 bench: setup
 	$(PY) -m hpcbench.bench.collectives_overhead
+	$(PY) -m hpcbench.bench.io_formats
+
+# Root, slurm-wlm and munge: these bring up the emulated cluster and take it down again.
+bench-cluster: setup
+	$(PY) -m hpcbench.bench.slurm_cluster --link-rate 1gbit
+	$(PY) -m hpcbench.bench.comm_modes --link-rate 1gbit
 
 clean-venv:
 	rm -rf $(VENV)
