@@ -146,6 +146,10 @@ def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str 
             parameters=notebook_parameters(spec, run_dir, suite),
             kernel_name=kernel_name, progress_bar=False, cwd=str(tdir),
             log_output=False, report_mode=False,
+            # The kernel's own start-up warnings (e.g. "running over TCP without encryption"
+            # on a loopback-only kernel) would drown the progress bar; cell errors still
+            # reach the executed notebook and the task's status.
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
         status.state = "done"
     except PapermillExecutionError as exc:
