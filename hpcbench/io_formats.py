@@ -7,7 +7,9 @@ One run, for every format in ``formats`` (``files``: one JPEG per file; ``hdf5``
 * one or more epochs, each after evicting the data set's files from the page cache
   (:mod:`hpcbench.data.page_cache`; the record says whether eviction worked), through
   ``DataLoader`` -> device prefetcher -> an emulated accelerator step of ``compute_ms``
-  per batch (a sleep, as DLIO emulates compute);
+  per batch (a sleep, as DLIO emulates compute); with ``worker_batching`` (the default) each
+  worker reads and collates whole batches, raw bytes packed in one shared-memory tensor, and
+  the DataLoader runs with ``batch_size=None`` (same samples and batches as the per-sample path);
 * records: samples/s, MB/s (JPEG bytes delivered / wall time), epoch time, file opens per
   epoch (every ``open`` the readers made, summed over workers), per-sample read latency (raw,
   one row per sample), accelerator utilisation = compute time / wall time (DLIO's AU) and
@@ -59,6 +61,10 @@ class IoFormatsConfig(Config):
                                                    "worker) swept when workers > 0; 1 = the guide's buffer of "
                                                    "num_workers x batch_size samples", min=1, max=64)
     batch_size: int = param(16, "samples per batch", min=1, max=65536)
+    worker_batching: bool = param(True, "each reader process (DataLoader worker) reads and collates whole batches, "
+                                        "raw bytes packed into one shared-memory tensor, and the DataLoader runs "
+                                        "with batch_size=None (WebDataset's .batched, tf.data's batch before "
+                                        "prefetch); false: the DataLoader batches single samples")
     epochs: int = param(1, "measured epochs per setting, each with a cold page cache", min=1, max=1000)
     compute_ms: float = param(20.0, "emulated accelerator compute per batch, in ms (DLIO-style)", min=0)
     image_size: int = param(128, "decoded images are resized to this square size; 0 keeps their size",
@@ -124,15 +130,15 @@ def measure_epoch(dataset, *, epoch: int, workers: int, prefetch_factor: int, ba
 
     from hpcbench.data.page_cache import evict
     from hpcbench.data.prefetch import DevicePrefetcher
-    from hpcbench.data.readers import collate_samples
+    from hpcbench.data.readers import loader_options
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dataset.set_epoch(epoch)
     eviction = evict(evict_paths) if evict_paths else None
     if loader is None:
-        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers,
-                            prefetch_factor=prefetch_factor if workers else None,
-                            pin_memory=device.type == "cuda", collate_fn=collate_samples)
+        # A dataset opened with batch_in_worker yields whole batches (DataLoader batch_size=None).
+        loader = DataLoader(dataset, num_workers=workers, prefetch_factor=prefetch_factor if workers else None,
+                            pin_memory=device.type == "cuda", **loader_options(dataset, batch_size))
     batches = DevicePrefetcher(loader, device, depth=2) if device_prefetch else loader
     indices: list[int] = []
     read_s: list[float] = []
@@ -260,14 +266,16 @@ def _labels(fmt: str, workers: int, prefetch: int, cfg: IoFormatsConfig, phase: 
     from hpcbench.data.prefetch import buffer_samples
 
     return {"format": fmt, "workers": workers, "prefetch_factor": prefetch, "batch_size": cfg.batch_size,
-            "buffer_samples": buffer_samples(workers, cfg.batch_size, prefetch), "phase": phase}
+            "buffer_samples": buffer_samples(workers, cfg.batch_size, prefetch), "phase": phase,
+            "worker_batching": cfg.worker_batching}
 
 
 def _open(folder: Path, cfg: IoFormatsConfig, **extra: Any):
     from hpcbench.data.readers import open_dataset
 
-    return open_dataset(folder, seed=cfg.seed, decode=cfg.decode, image_size=cfg.image_size or None,
-                        verify=cfg.verify, **extra)
+    options = dict(seed=cfg.seed, decode=cfg.decode, image_size=cfg.image_size or None, verify=cfg.verify,
+                   batch_in_worker=cfg.batch_size if cfg.worker_batching else None)
+    return open_dataset(folder, **{**options, **extra})
 
 
 def run(cfg: IoFormatsConfig, writer: RecordWriter, out_dir: str | os.PathLike,
@@ -313,7 +321,7 @@ def run(cfg: IoFormatsConfig, writer: RecordWriter, out_dir: str | os.PathLike,
 
 def _warm_up(folder: Path, cfg: IoFormatsConfig) -> None:
     """Decode one batch untimed: imports and decoder set-up must not land in the first measured epoch."""
-    ds = _open(folder, cfg, shuffle=False)
+    ds = _open(folder, cfg, shuffle=False, batch_in_worker=None)
     for k, _ in enumerate(ds):
         if k + 1 >= cfg.batch_size:
             break

@@ -18,7 +18,8 @@ from hpcbench.data.generators.tokens import EOT, TokenSpec, make_tokens
 from hpcbench.data.generators.weather import WeatherSpec, make_weather
 from hpcbench.data.manifest import check_files, load_manifest, sha256_file
 from hpcbench.data.plan import buffer_shuffle, epoch_pieces
-from hpcbench.data.readers import READERS, collate_samples, decode_jpeg, open_dataset
+from hpcbench.data.errors import DataError
+from hpcbench.data.readers import READERS, collate_samples, decode_jpeg, image_bytes, loader_options, open_dataset
 
 # torchvision 0.29 deprecates its JPEG decoder (torchcodec is not in the tested set); it still works.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
@@ -135,6 +136,59 @@ def test_two_ranks_two_workers_cover_the_epoch_exactly_once(image_sets, fmt):
         assert sorted(seen) == list(range(n)), f"epoch {epoch}: lost or repeated samples"
         orders.append(seen)
     assert orders[0] != orders[1], "the order should change between epochs"
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_batched_path_covers_the_epoch_exactly_once_with_partial_batches(image_sets, fmt):
+    # 60 samples over 2 ranks x 2 workers = 15 per worker: batches of 4, 4, 4 and a partial 3.
+    expected = source_samples(image_sets["files"])
+    for epoch in (0, 1):
+        got: dict[int, tuple[bytes, int]] = {}
+        sizes = []
+        for rank in (0, 1):
+            ds = open_dataset(image_sets[fmt], rank=rank, world_size=2, seed=1, decode=False, verify="size",
+                              batch_in_worker=4)
+            ds.set_epoch(epoch)
+            loader = DataLoader(ds, num_workers=2, **loader_options(ds, 4))
+            for batch in loader:
+                indices = batch["index"].tolist()
+                sizes.append(len(indices))
+                assert batch["image"].dtype == torch.uint8 and batch["image"].dim() == 1
+                assert batch["image_offsets"].tolist()[-1] == batch["image"].numel() == int(batch["nbytes"].sum())
+                for i, data, label in zip(indices, image_bytes(batch), batch["label"].tolist()):
+                    assert i not in got, f"epoch {epoch}: sample {i} delivered twice"
+                    got[i] = (data, label)
+        assert got == expected, f"epoch {epoch}: lost samples or wrong bytes"
+        assert sorted(sizes) == [3] * 4 + [4] * 12, "each worker's last partial batch must be kept"
+
+
+@pytest.mark.parametrize("decode", [False, True])
+@pytest.mark.parametrize("fmt", ["files", "tfrecord"])
+def test_batched_and_per_sample_paths_yield_identical_batches(image_sets, fmt, decode):
+    opts = dict(seed=5, decode=decode, image_size=32 if decode else None, verify="size")
+    per_sample = open_dataset(image_sets[fmt], **opts)
+    batched = open_dataset(image_sets[fmt], batch_in_worker=7, **opts)
+    a = list(DataLoader(per_sample, num_workers=2, **loader_options(per_sample, 7)))
+    b = list(DataLoader(batched, num_workers=2, **loader_options(batched, 7)))
+    assert len(a) == len(b) == 10  # 30 samples per worker: 4 x 7 + a partial 2, twice
+    for x, y in zip(a, b):
+        for key in ("index", "label", "nbytes", "opens"):
+            assert torch.equal(x[key], y[key]), key
+        if decode:
+            assert torch.equal(x["image"], y["image"]) and x["image"].shape[1:] == (3, 32, 32)
+        else:
+            assert isinstance(x["image"], list) and image_bytes(x) == image_bytes(y)
+
+
+def test_batched_path_in_the_main_process_and_its_checks(image_sets):
+    ds = open_dataset(image_sets["hdf5"], decode=False, shuffle=False, batch_in_worker=16)
+    batches = list(ds)
+    assert [len(b["index"]) for b in batches] == [16, 16, 16, 12]
+    assert [i for b in batches for i in b["index"].tolist()] == list(range(SPEC.count))
+    with pytest.raises(DataError, match="batch_size=8"):
+        loader_options(ds, 8)
+    with pytest.raises(DataError, match="batch_in_worker=0"):
+        open_dataset(image_sets["hdf5"], batch_in_worker=0)
 
 
 def test_opens_are_counted_per_format(image_sets):

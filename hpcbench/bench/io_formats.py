@@ -5,16 +5,27 @@ Run: ``python -m hpcbench.bench.io_formats [--images 2000] [--workers 2] [--root
 One data set (default 2,000 ImageNet-like JPEGs, ~110 KB mean) stored as small files and as
 HDF5, TFRecord and tar shards (``--shard-size``). Every epoch starts with the data set's files
 evicted from the page cache (checked with mincore) and reads through a DataLoader with
-``--workers`` persistent workers (started by an untimed warm-up epoch), no emulated compute. Three modes, formats interleaved in each round:
+``--workers`` persistent workers (started by an untimed warm-up epoch), no emulated compute,
+along two loading paths (``--paths``), printed side by side:
+
+* ``per-sample``: the reader yields single samples, the DataLoader batches them
+  (``batch_size``, ``collate_samples`` in the worker; raw bytes travel as a pickled list);
+* ``batched``: the reader yields whole batches (``batch_in_worker``, raw bytes packed into one
+  shared-memory tensor), the DataLoader runs with ``batch_size=None``. Same samples, same
+  batches; only the worker-to-main transfer differs.
+
+Three modes, formats and paths interleaved in each round:
 
 * ``storage``: raw JPEG bytes (no decoding), shards checked by size: what storage delivers;
 * ``storage+sha256``: the same with every shard hashed against the manifest (resilient reading);
 * ``decoded``: JPEG decoding to tensors (torchvision) as training would do it.
 
-Then a plain sequential read (8 MiB ``read`` calls, one stream, cold) of the best format's
-shard files: the limit of this disk for those bytes. Printed side by side, with the targets:
-best shard format >= 3x the small-file folder in samples/s (storage mode), and the best
-format's MB/s >= 60 % of the plain sequential read.
+Then each reader alone (one process, no DataLoader), a plain open+read+close loop over the
+small files (what one open costs this disk, the files reader's floor) and a plain sequential
+read (8 MiB ``read`` calls, one stream, cold) of the best format's shard files: the limit of
+this disk for those bytes. Printed side by side, with the targets (batched path, storage mode):
+best shard format >= 3x the small-file folder in samples/s, and the best format's MB/s >= 60 %
+of the plain sequential read.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from hpcbench.config import parse_bytes
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
 from hpcbench.data.page_cache import evict
-from hpcbench.data.readers import collate_samples, open_dataset
+from hpcbench.data.readers import loader_options, open_dataset
 from hpcbench.data.writers import convert
 from hpcbench.io_formats import measure_epoch
 
@@ -41,6 +52,7 @@ FORMATS = ("files", "hdf5", "tfrecord", "tar")
 MODES = {"storage": dict(decode=False, verify="size"),
          "storage+sha256": dict(decode=False, verify="sha256"),
          "decoded": dict(decode=True, verify="size", image_size=224)}
+PATHS = ("per-sample", "batched")
 SPEEDUP_TARGET = 3.0
 DISK_SHARE_TARGET = 0.60
 
@@ -75,6 +87,17 @@ def sequential_read(paths: list[Path], chunk: int = 8 << 20) -> tuple[float, int
     return time.perf_counter() - t0, total, note
 
 
+def small_file_reads(paths: list[Path]) -> tuple[float, int, str]:
+    """Cold open + read + close of every file, one process, no reader: (seconds, bytes, eviction note)."""
+    note = evict(paths).describe()
+    total = 0
+    t0 = time.perf_counter()
+    for p in paths:
+        with open(p, "rb") as fh:
+            total += len(fh.read())
+    return time.perf_counter() - t0, total, note
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=2000)
@@ -84,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-size", default="32M")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the median epoch is kept")
     ap.add_argument("--modes", default=",".join(MODES), help=f"subset of {list(MODES)}")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"loading paths, subset of {list(PATHS)}; the "
+                                                             "targets use the last one given")
     ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
                                                  "./results, removed afterwards); kept when given")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -99,74 +124,102 @@ def main(argv: list[str] | None = None) -> int:
     try:
         folders = prepare(root, args.images, args.classes, parse_bytes(args.shard_size))
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        results: dict[str, dict[str, dict]] = {m: {} for m in modes}
+        paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+        if unknown := set(paths) - set(PATHS):
+            raise SystemExit(f"--paths: unknown {sorted(unknown)}; allowed: {list(PATHS)}")
+        runs = [(p, f) for p in paths for f in FORMATS]
+        results: dict[str, dict[str, dict[str, dict]]] = {m: {p: {} for p in paths} for m in modes}
         notes: set[str] = set()
         for mode in modes:
-            walls: dict[str, list[float]] = {f: [] for f in FORMATS}
-            info: dict[str, tuple[int, int, int]] = {}
+            walls: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+            info: dict[tuple[str, str], tuple[int, int, int]] = {}
             loaders = {}
-            for fmt in FORMATS:
+            for path, fmt in runs:
                 # Persistent workers, started by an untimed warm-up epoch: what a training job
                 # pays once, not per epoch.
-                ds = open_dataset(folders[fmt], seed=0, **MODES[mode])
-                loaders[fmt] = (ds, DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
-                                               prefetch_factor=2 if args.workers else None,
-                                               persistent_workers=args.workers > 0, collate_fn=collate_samples))
-                for _ in loaders[fmt][1]:
+                batched = args.batch_size if path == "batched" else None
+                ds = open_dataset(folders[fmt], seed=0, batch_in_worker=batched, **MODES[mode])
+                loaders[path, fmt] = (ds, DataLoader(ds, num_workers=args.workers,
+                                                     prefetch_factor=2 if args.workers else None,
+                                                     persistent_workers=args.workers > 0,
+                                                     **loader_options(ds, args.batch_size)))
+                for _ in loaders[path, fmt][1]:
                     pass
             for rnd in range(args.rounds):
-                order = FORMATS if rnd % 2 == 0 else FORMATS[::-1]  # drift favours no format
-                for fmt in order:
-                    ds, loader = loaders[fmt]
+                order = runs if rnd % 2 == 0 else runs[::-1]  # drift favours no format or path
+                for key in order:
+                    ds, loader = loaders[key]
                     r = measure_epoch(ds, epoch=rnd + 1, workers=args.workers, prefetch_factor=2,
                                       batch_size=args.batch_size, compute_s=0.0, device_prefetch=False,
                                       evict_paths=shard_paths(ds.manifest, ds.folder), loader=loader)
                     if not r.exact:
-                        raise SystemExit(f"{fmt}: epoch lost or repeated samples ({r.missing}, {r.repeated})")
+                        raise SystemExit(f"{key}: epoch lost or repeated samples ({r.missing}, {r.repeated})")
                     notes.add(r.eviction.describe().split(":")[0])
-                    walls[fmt].append(r.wall_s)
-                    info[fmt] = (r.samples, ds.manifest.bytes, r.opens)
+                    walls[key].append(r.wall_s)
+                    info[key] = (r.samples, ds.manifest.bytes, r.opens)
             del loaders  # stops the persistent workers
-            for fmt in FORMATS:
-                wall = statistics.median(walls[fmt])
-                samples, nbytes, opens = info[fmt]
-                results[mode][fmt] = {"wall_s": wall, "samples_per_s": samples / wall, "MB_per_s": nbytes / wall / 1e6,
-                                      "opens": opens, "bytes": nbytes}
+            for path, fmt in runs:
+                wall = statistics.median(walls[path, fmt])
+                samples, nbytes, opens = info[path, fmt]
+                results[mode][path][fmt] = {"wall_s": wall, "samples_per_s": samples / wall,
+                                            "MB_per_s": nbytes / wall / 1e6, "opens": opens, "bytes": nbytes,
+                                            "walls_s": walls[path, fmt]}
         print(f"\n{args.images} images, {args.workers} DataLoader workers, batch {args.batch_size}, cold page cache "
               f"({', '.join(sorted(notes))}), median of {args.rounds} rounds\n")
-        print(f"{'mode':16s} {'format':9s} {'samples/s':>10s} {'MB/s':>8s} {'x files':>8s} {'opens':>6s}")
+        head = "".join(f" | {p + ' samples/s':>20s} {'MB/s':>7s} {'x files':>7s}" for p in paths)
+        print(f"{'mode':15s} {'format':9s}{head} | {'opens':>6s}")
         for mode in modes:
-            base = results[mode]["files"]["samples_per_s"]
+            line_base = {p: results[mode][p]["files"]["samples_per_s"] for p in paths}
             for fmt in FORMATS:
-                r = results[mode][fmt]
-                print(f"{mode:16s} {fmt:9s} {r['samples_per_s']:10.0f} {r['MB_per_s']:8.1f} "
-                      f"{r['samples_per_s'] / base:8.2f} {r['opens']:6d}")
-        summary = {"results": results}
+                cells = ""
+                for p in paths:
+                    r = results[mode][p][fmt]
+                    cells += f" | {r['samples_per_s']:20.0f} {r['MB_per_s']:7.1f} {r['samples_per_s'] / line_base[p]:7.2f}"
+                print(f"{mode:15s} {fmt:9s}{cells} | {results[mode][paths[-1]][fmt]['opens']:6d}")
+        summary = {"results": results, "paths": paths}
         if "storage" in results:
             # The reader alone, one process, no DataLoader: separates storage + format cost from
-            # the workers' inter-process transfer of every sample.
-            alone = {}
-            for fmt in FORMATS:
-                ds = open_dataset(folders[fmt], seed=0, **MODES["storage"])
-                evict(ds.shard_paths)
-                t0 = time.perf_counter()
-                n = sum(1 for _ in ds)
-                alone[fmt] = n / (time.perf_counter() - t0)
-            print("reader alone    " + "  ".join(f"{fmt} {alone[fmt]:.0f}/s ({alone[fmt] / alone['files']:.2f}x)"
-                                                  for fmt in FORMATS) + "  [one process, no DataLoader, cold]")
+            # the workers' inter-process transfer.
+            alone: dict[str, dict[str, float]] = {p: {} for p in paths}
+            for p in paths:
+                for fmt in FORMATS:
+                    ds = open_dataset(folders[fmt], seed=0, batch_in_worker=args.batch_size if p == "batched" else None,
+                                      **MODES["storage"])
+                    evict(ds.shard_paths)
+                    t0 = time.perf_counter()
+                    n = sum(len(item["index"]) if p == "batched" else 1 for item in ds)
+                    alone[p][fmt] = n / (time.perf_counter() - t0)
+                print(f"reader alone {p:11s} " + "  ".join(
+                    f"{fmt} {alone[p][fmt]:.0f}/s ({alone[p][fmt] / alone[p]['files']:.2f}x)" for fmt in FORMATS)
+                    + "  [one process, no DataLoader, cold]")
             summary["reader_alone_samples_per_s"] = alone
-            storage = results["storage"]
+            files = shard_paths(*load_manifest(folders["files"]))
+            seconds, nbytes, note = small_file_reads(files)
+            per_file = seconds / len(files)
+            print(f"plain open+read+close of the {len(files)} small files, one process, cold: "
+                  f"{len(files) / seconds:.0f} files/s ({per_file * 1e6:.0f} us per file, {nbytes / seconds / 1e6:.1f} MB/s; "
+                  f"{note})")
+            summary["small_file_reads"] = {"files_per_s": len(files) / seconds, "us_per_file": per_file * 1e6,
+                                           "MB_per_s": nbytes / seconds / 1e6}
+            path = paths[-1]
+            storage = results["storage"][path]
             best = max(FORMATS[1:], key=lambda f: storage[f]["samples_per_s"])
             speedup = storage[best]["samples_per_s"] / storage["files"]["samples_per_s"]
             seconds, nbytes, note = sequential_read(shard_paths(*load_manifest(folders[best])))
             disk = nbytes / seconds / 1e6
             share = storage[best]["MB_per_s"] / disk
             print(f"\nplain sequential read of the {best} shards: {disk:.1f} MB/s ({note})")
-            print(f"best shard format ({best}) vs small files: {speedup:.2f}x samples/s "
+            for p in paths:
+                st = results["storage"][p]
+                b = max(FORMATS[1:], key=lambda f: st[f]["samples_per_s"])
+                print(f"{p:11s} path: best shard format {b} {st[b]['samples_per_s'] / st['files']['samples_per_s']:.2f}x "
+                      f"files in samples/s, {st[b]['MB_per_s'] / disk:.0%} of the sequential read's MB/s")
+            print(f"targets ({path} path): best shard format ({best}) vs small files: {speedup:.2f}x samples/s "
                   f"(target >= {SPEEDUP_TARGET:.0f}x: {'MET' if speedup >= SPEEDUP_TARGET else 'MISSED'})")
-            print(f"{best} MB/s vs plain sequential read: {share:.0%} "
+            print(f"targets ({path} path): {best} MB/s vs plain sequential read: {share:.0%} "
                   f"(target >= {DISK_SHARE_TARGET:.0%}: {'MET' if share >= DISK_SHARE_TARGET else 'MISSED'})")
-            summary.update(best=best, speedup_vs_files=speedup, sequential_MB_per_s=disk, share_of_sequential=share)
+            summary.update(best=best, target_path=path, speedup_vs_files=speedup, sequential_MB_per_s=disk,
+                           share_of_sequential=share)
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=1))
     finally:

@@ -9,9 +9,17 @@ dataset class; :func:`open_dataset` picks the class from the data set's manifest
     for epoch in range(3):
         ds.set_epoch(epoch)
         for batch in loader: ...   # batch["image"], batch["label"], batch["index"], ...
+
+Batches built inside the workers (one shared-memory tensor per batch of raw bytes)::
+
+    ds = open_dataset("data/images-tfrecord", decode=False, batch_in_worker=32)
+    loader = DataLoader(ds, num_workers=4, **loader_options(ds, 32))   # batch_size=None
+    for batch in loader: ...   # batch["image"] (uint8), batch["image_offsets"]; image_bytes(batch)
 """
 
-from hpcbench.data.readers.base import READERS, ShardedImageDataset, collate_samples, decode_jpeg, open_dataset
+from hpcbench.data.readers.base import (READERS, ShardedImageDataset, collate_samples, decode_jpeg, image_bytes,
+                                        loader_options, open_dataset)
 from hpcbench.data.readers import files, hdf5, tar, tfrecord  # noqa: F401  (registers the readers)
 
-__all__ = ["READERS", "ShardedImageDataset", "collate_samples", "decode_jpeg", "open_dataset"]
+__all__ = ["READERS", "ShardedImageDataset", "collate_samples", "decode_jpeg", "image_bytes", "loader_options",
+           "open_dataset"]
