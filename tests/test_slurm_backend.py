@@ -121,5 +121,5 @@ def test_demo_suite_as_array_job_with_per_node_rows(slurm_env, tmp_path):
     assert f"#SBATCH --array=0-{len(local) - 1}" in script and len(local) >= 3
     assert len({s.job_id.split("_")[0] for s in local}) == 1  # ONE array job
     html = build_report([run_dir], tmp_path / "report", progress=lambda _: None).read_text()
-    table = re.search(r'<table[^>]*id="collectives-comparison".*?</table>', html, re.S).group(0)
+    table = re.search(r'<table[^>]*id="collectives-per-node".*?</table>', html, re.S).group(0)
     assert re.search(r"<td[^>]*>n1</td>", table) and re.search(r"<td[^>]*>n2</td>", table)

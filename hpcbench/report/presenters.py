@@ -196,7 +196,9 @@ DEFAULT_PRESENTER = Presenter(present_stats)
 # -- collectives -----------------------------------------------------------------
 
 OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-GROUP_ORDER = ("world", "intra", "inter")
+GROUP_ORDER = ("world", "intra_node", "inter_node", "intra", "inter")
+#: A node whose busbw is below this fraction of its peers' median is flagged as slow.
+SLOW_NODE_FRACTION = 0.8
 
 
 def _group_names(stats: pd.DataFrame) -> pd.Series:
@@ -220,26 +222,10 @@ def present_collectives(data: ExperimentData) -> list[Section]:
     section = Section(title="Collectives: bus bandwidth", id="exp-collectives")
 
     pairs = [(s, v) for s in data.sources for v in _ordered(stats.loc[stats["source"] == s, "variant"])]
-    # One row per node that measured the series: a slow node stands out as its own row.
-    index = ["source", "variant", "op", "group_name", "node", "size_bytes"]
-    busbw = stats[stats["metric"] == "busbw"].set_index(index).sort_index()
-    time = stats[stats["metric"] == "time"].set_index(index).sort_index()
-    keys = stats[stats["metric"].isin(["busbw", "time"])][["op", "group_name", "node", "size_bytes"]].drop_duplicates()
-    keys = sorted(keys.itertuples(index=False, name=None),
-                  key=lambda k: (_rank(k[0], OP_ORDER), _rank(k[1].split("[")[0], GROUP_ORDER), k[1], k[2], k[3]))
-    rows = []
-    for op, group, node, size in keys:
-        row = [Cell(op), Cell(group), Cell(node), Cell(format_bytes(size))]
-        for src, var in pairs:
-            b = _lookup(busbw, (src, var, op, group, node, size), "p50")
-            t = _lookup(time, (src, var, op, group, node, size), "p99")
-            unit = _lookup_unit(time, (src, var, op, group, node, size))
-            row += [Cell(fmt_number(b)), Cell(fmt_number(t * _TO_MS.get(unit, math.nan)))]
-        rows.append(row)
-    columns = ["op", "group", "node", "size"] + [c for _ in pairs for c in ("busbw p50 (GB/s)", "time p99 (ms)")]
-    groups = [("message", 4)] + [(f"{s} · {v}", 2) for s, v in pairs]
-    section.tables.append(Table(columns=columns, rows=rows, groups=groups, id="collectives-comparison",
-                                caption="busbw p50 and p99 of the per-iteration time, sources and variants side by side"))
+    section.tables.append(_comparison_table(stats, pairs))
+    per_node = _per_node_table(stats, pairs)
+    if per_node is not None:
+        section.tables.append(per_node)
 
     figure = _busbw_figure(stats, pairs)
     if figure is not None:
@@ -262,6 +248,67 @@ def present_collectives(data: ExperimentData) -> list[Section]:
 
 
 _TO_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3}
+
+
+def _comparison_table(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Table:
+    """Rows (op, group kind, size); columns per (source, variant): busbw p50 and time p99.
+
+    The groups of one kind (every node's intra-node group, every inter-node peer group)
+    run at the same time, so a row pools them: the median of their busbw p50s and the
+    worst of their p99 times. Per-node differences have their own table.
+    """
+    index = ["source", "variant", "op", "group", "size_bytes"]
+    measured = stats[stats["metric"].isin(["busbw", "time"])]
+    busbw = measured[measured["metric"] == "busbw"].groupby(index)["p50"].median()
+    time = measured[measured["metric"] == "time"]
+    to_ms = time["unit"].map(lambda u: _TO_MS.get(u, math.nan))
+    time_p99 = (time["p99"] * to_ms).groupby([time[c] for c in index]).max()
+    keys = sorted(measured[["op", "group", "size_bytes"]].drop_duplicates().itertuples(index=False, name=None),
+                  key=lambda k: (_rank(k[0], OP_ORDER), _rank(k[1], GROUP_ORDER), k[2]))
+    rows = []
+    for op, group, size in keys:
+        row = [Cell(op), Cell(group), Cell(format_bytes(size))]
+        for src, var in pairs:
+            key = (src, var, op, group, size)
+            row += [Cell(fmt_number(busbw.get(key, math.nan))), Cell(fmt_number(time_p99.get(key, math.nan)))]
+        rows.append(row)
+    columns = ["op", "group", "size"] + [c for _ in pairs for c in ("busbw p50 (GB/s)", "time p99 (ms)")]
+    groups = [("message", 3)] + [(f"{s} · {v}", 2) for s, v in pairs]
+    return Table(columns=columns, rows=rows, groups=groups, id="collectives-comparison",
+                 caption="busbw p50 (median over the groups of a kind) and the worst p99 of the per-iteration "
+                         "time, sources and variants side by side")
+
+
+def _per_node_table(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Table | None:
+    """One row per node and group at the largest size each (source, variant, op, group) measured.
+
+    Shown for the runs whose records come from more than one node: the node whose busbw falls
+    below SLOW_NODE_FRACTION of its peers' median is flagged, so a slow node shows up.
+    """
+    busbw = stats[stats["metric"] == "busbw"]
+    nodes = busbw.groupby(["source", "variant"])["node"].transform("nunique")
+    busbw = busbw[nodes > 1]  # a run on one node has no peers to be slow against
+    if busbw.empty:
+        return None
+    largest = busbw.groupby(["source", "variant", "op", "group"])["size_bytes"].transform("max")
+    top = busbw[busbw["size_bytes"] == largest]
+    peers = top.groupby(["source", "variant", "op", "group"])["p50"].transform("median")
+    order = {pair: i for i, pair in enumerate(pairs)}
+    top = top.assign(_peer=peers, _pair=[order.get((s, v), len(order)) for s, v in zip(top["source"], top["variant"])])
+    top = top.sort_values(["_pair", "op", "group", "group_name", "node"],
+                          key=lambda col: col.map(lambda v: _rank(v, OP_ORDER + GROUP_ORDER)) if col.dtype == object else col)
+    rows, classes = [], []
+    for rec in top.to_dict("records"):
+        ratio = rec["p50"] / rec["_peer"] if rec["_peer"] else math.nan
+        slow = ratio < SLOW_NODE_FRACTION
+        rows.append([Cell(f"{rec['source']} · {rec['variant']}"), Cell(str(rec["op"])), Cell(str(rec["group_name"])),
+                     Cell(str(rec["node"])), Cell(format_bytes(rec["size_bytes"])), Cell(fmt_number(rec["p50"])),
+                     Cell(f"{ratio:.2f}" + (" (slow)" if slow else ""), "fail" if slow else "")])
+        classes.append("fail" if slow else "")
+    return Table(columns=["run · variant", "op", "group", "node", "size", "busbw p50 (GB/s)", "vs peers' median"],
+                 rows=rows, id="collectives-per-node", row_classes=classes, collapsed=len(rows) > 40,
+                 caption=f"Per node, at the largest size: busbw p50 against the median of the same op and group "
+                         f"kind on the other nodes (below {SLOW_NODE_FRACTION:.0%} is flagged slow)")
 
 
 def _rank(value: str, order: Sequence[str]) -> tuple[int, str]:
