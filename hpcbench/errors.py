@@ -7,6 +7,8 @@ catch them all; the CLI turns them into one-line messages and exit code 2.
 
 from __future__ import annotations
 
+import os
+
 
 class HpcbenchError(Exception):
     """Root of every error hpcbench raises on purpose."""
@@ -41,11 +43,11 @@ class ResultsError(HpcbenchError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
-class LaunchError(HpcbenchError):
-    """Distributed worker processes failed; carries the log path and its tail."""
+class LogError(HpcbenchError):
+    """An error whose evidence is in a log: the message names the log and quotes its tail."""
 
-    def __init__(self, message: str, *, log_path: str | None = None, tail: str = ""):
-        self.log_path = log_path
+    def __init__(self, message: str, *, log_path: str | os.PathLike | None = None, tail: str = ""):
+        self.log_path = str(log_path) if log_path else None
         self.tail = tail
         text = message
         if log_path:
@@ -53,6 +55,10 @@ class LaunchError(HpcbenchError):
         if tail:
             text += "\n--- last lines of the log ---\n" + tail
         super().__init__(text)
+
+
+class LaunchError(LogError):
+    """Distributed worker processes failed; carries the log path and its tail."""
 
 
 class SuiteError(HpcbenchError):

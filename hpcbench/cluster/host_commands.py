@@ -12,27 +12,18 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hpcbench.errors import HpcbenchError
+from hpcbench.errors import LogError
 
 #: What to install when a system piece is missing (Debian/Ubuntu package names).
 INSTALL_HINT = "apt-get install slurm-wlm munge iproute2"
 
 
-class ClusterError(HpcbenchError):
+class ClusterError(LogError):
     """The emulated cluster could not be built, reached or torn down.
 
     The message says what is missing and how to install it, or what failed and
     which log to read (``log_path``).
     """
-
-    def __init__(self, message: str, *, log_path: str | Path | None = None, tail: str = ""):
-        self.log_path = str(log_path) if log_path else None
-        text = message
-        if log_path:
-            text += f" (log: {log_path})"
-        if tail:
-            text += "\n--- last lines of the log ---\n" + tail
-        super().__init__(text)
 
 
 def run_command(argv: Sequence[str], *, timeout: float = 30, check: bool = True,
