@@ -62,6 +62,11 @@ def notebooks_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "notebooks"
 
 
+def distributed_resources(cfg: Any) -> Resources:
+    """What a distributed experiment needs, from its ``nodes``, ``ranks_per_node`` and ``backend`` fields."""
+    return Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node, gpu=cfg.backend == "nccl")
+
+
 EXPERIMENTS: Registry[Experiment] = Registry("experiment")
 
 
@@ -82,8 +87,7 @@ register(Experiment(
     config=CollectivesConfig,
     claims=("C16", "C10"),
     description="nccl-tests-style collective sweep (algbw, busbw, p50/p99) on world, intra-node and inter-node groups",
-    resources=lambda cfg: Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node,
-                                    gpu=cfg.backend == "nccl"),
+    resources=distributed_resources,
 ))
 register(Experiment(
     name="comm_modes",
@@ -92,8 +96,7 @@ register(Experiment(
     claims=("C3", "C17"),
     description="flat DDP vs hybrid DP+DDP vs hierarchical reduction: samples/s, step p50/p99, communication "
                 "share, gradient bucket sweep",
-    resources=lambda cfg: Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node,
-                                    gpu=cfg.backend == "nccl"),
+    resources=distributed_resources,
 ))
 register(Experiment(
     name="io_formats",
@@ -109,6 +112,5 @@ register(Experiment(
     config=BatchScalingConfig,
     claims=("C2",),
     description="per-rank throughput and memory for 1x..8x a base batch, with and without gradient accumulation",
-    resources=lambda cfg: Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node,
-                                    gpu=cfg.backend == "nccl"),
+    resources=distributed_resources,
 ))

@@ -311,6 +311,14 @@ def _per_node_table(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Table 
                          f"kind on the other nodes (below {SLOW_NODE_FRACTION:.0%} is flagged slow)")
 
 
+def _check_note(section: Section, checks: pd.DataFrame, *, fail: str, ok: str) -> None:
+    """A red note when any series of a pass/fail check (1/0 values) has a 0, a green one when all pass."""
+    if len(checks) and (checks["min"] < 1).any():
+        section.notes.append(Cell(fail, "fail"))
+    elif len(checks):
+        section.notes.append(Cell(ok, "ok"))
+
+
 def _rank(value: str, order: Sequence[str]) -> tuple[int, str]:
     return (order.index(value) if value in order else len(order), str(value))
 
@@ -467,10 +475,8 @@ def present_io_formats(data: ExperimentData) -> list[Section]:
     if len(other):
         section.tables.append(stats_table(other, data.sources, caption="Staging and resilience"))
     exact = stats[stats["metric"] == "exactly_once"]
-    if len(exact) and (exact["min"] < 1).any():
-        section.notes.append(Cell("some epoch lost or repeated samples", "fail"))
-    elif len(exact):
-        section.notes.append(Cell("every epoch delivered every sample exactly once", "ok"))
+    _check_note(section, exact, fail="some epoch lost or repeated samples",
+                ok="every epoch delivered every sample exactly once")
     table = text_table(data.text, caption="Facts, repairs and values not measured")
     if table is not None:
         section.tables.append(table)
@@ -559,10 +565,8 @@ def present_comm_modes(data: ExperimentData) -> list[Section]:
     if figure is not None:
         section.figures.append(figure)
     checks = _pick(stats, "grad_match")
-    if len(checks) and (checks["min"] < 1).any():
-        section.notes.append(Cell("some modes' gradients differ from plain DDP's", "fail"))
-    elif len(checks):
-        section.notes.append(Cell("every mode that ran gave plain DDP's gradients", "ok"))
+    _check_note(section, checks, fail="some modes' gradients differ from plain DDP's",
+                ok="every mode that ran gave plain DDP's gradients")
     table = text_table(data.text, caption="Not measured, with the reason")
     if table is not None:
         section.tables.append(table)
