@@ -7,14 +7,16 @@ STAMP  := $(VENV)/.hpcbench-installed
 # Timestamped so that a second `make demo` never overwrites the first run's results.
 DEMO_RUN := results/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup test demo bench bench-cluster clean-venv help
+.PHONY: setup test demo reproduce bench bench-cluster gpu-check clean-venv help
 
 help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
 	@echo "make demo    run the demo suite on this machine and write reports/demo/index.html"
+	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~30 min)"
 	@echo "make test    run the whole test suite (set HPCBENCH_REQUIRE_INTEGRATION=1 to forbid skips)"
 	@echo "make bench   run the benchmarks (ratios measured side by side, not tests)"
 	@echo "make bench-cluster   the benchmarks on the emulated SLURM cluster (root)"
+	@echo "make gpu-check   every CUDA/NCCL path of one GPU, as a pass/fail table (no GPU: says so, exit 0)"
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +37,13 @@ demo: setup
 	$(VENV)/bin/hpcbench report $(DEMO_RUN) --out reports/demo || exit $$?; \
 	exit $$status
 
+# Root, slurm-wlm and munge: brings the emulated cluster up, calibrates its link to the guide's
+# inter/intra-node bandwidth ratio (NICS InfiniBand NICs per 8-GPU node), runs the reproduce suite
+# (5 launches of every experiment) and takes the cluster down again.
+NICS ?= 8
+reproduce: setup
+	$(PY) -m hpcbench.run.reproduce --nics $(NICS) --report reports/reproduce
+
 bench: setup
 	$(PY) -m hpcbench.bench.collectives_overhead
 	$(PY) -m hpcbench.bench.io_formats
@@ -43,6 +52,11 @@ bench: setup
 bench-cluster: setup
 	$(PY) -m hpcbench.bench.slurm_cluster --link-rate 1gbit
 	$(PY) -m hpcbench.bench.comm_modes --link-rate 1gbit
+
+# One GPU, a few minutes: training throughput + MFU, the CUDA prefetcher, NCCL at world size 1,
+# CUDA memory as records. Exit 1 if a check failed; without a GPU it says so and exits 0.
+gpu-check: setup
+	$(PY) -m hpcbench.bench.gpu_check --out results/gpu-check
 
 clean-venv:
 	rm -rf $(VENV)

@@ -12,7 +12,7 @@ Expect: as many samples as SRC; shard bytes ~ SRC bytes (+ per-record framing).
 import argparse
 import sys
 
-from hpcbench.config import parse_bytes
+from hpcbench.core.config import parse_bytes
 from hpcbench.data.writers import WRITERS, convert
 
 

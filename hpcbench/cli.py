@@ -5,7 +5,8 @@
     hpcbench run EXPERIMENT [-p key=value ...]     one task, the same way a suite runs it
     hpcbench suite SUITE [--backend local|slurm] [--out results/] [--jobs N]
     hpcbench suite resume RUN_DIR                  rerun only the failed or missing tasks
-    hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS]
+    hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
+    hpcbench publish REPORT_DIR --to SITE_DIR      copy a report into a site, rewrite the site's index
     hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
 
 Exit codes: 0 success, 1 some task failed, 2 bad input (the message names it).
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from hpcbench.errors import HpcbenchError
+from hpcbench.core.errors import HpcbenchError
 
 
 def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
@@ -33,7 +34,7 @@ def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from hpcbench.experiments import EXPERIMENTS
-    from hpcbench.suite import shipped_suites
+    from hpcbench.run.suite import shipped_suites
 
     print(f"{'experiment':<14} {'claims':<12} {'needs (defaults)':<28} notebook")
     for name in EXPERIMENTS:
@@ -55,7 +56,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def _backend_options(args: argparse.Namespace) -> dict:
-    from hpcbench.slurm_backend import SBATCH_OPTIONS
+    from hpcbench.run.backends.slurm import SBATCH_OPTIONS
 
     opts = {k: getattr(args, k) for k in SBATCH_OPTIONS if getattr(args, k, None)}
     if getattr(args, "sbatch_arg", None):
@@ -76,7 +77,8 @@ def _summary(statuses, run_dir: Path) -> int:
 
 
 def _run(suite, args: argparse.Namespace) -> int:
-    from hpcbench.runner import new_run_dir, run_suite
+    from hpcbench.run.rundir import new_run_dir
+    from hpcbench.run.runner import run_suite
 
     run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(Path(args.out), suite.name)
     print(f"run dir: {run_dir}")
@@ -86,14 +88,14 @@ def _run(suite, args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hpcbench.suite import single_task_suite
+    from hpcbench.run.suite import single_task_suite
 
     return _run(single_task_suite(args.experiment, _parse_params(args.param), args.variant), args)
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
-    from hpcbench.runner import resume_suite
-    from hpcbench.suite import load_suite
+    from hpcbench.run.runner import resume_suite
+    from hpcbench.run.suite import load_suite
 
     if args.suite[0] == "resume":
         if len(args.suite) != 2:
@@ -110,7 +112,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
 
 
 def cmd_task(args: argparse.Namespace) -> int:
-    from hpcbench.runner import run_manifest_task
+    from hpcbench.run.execute import run_manifest_task
 
     status = run_manifest_task(Path(args.run_dir), Path(args.manifest), args.index)
     print(f"{status.task_id}: {status.state}" + (f" -- {status.error}" if status.error else ""))
@@ -140,8 +142,27 @@ def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report import build_report
 
     out = Path(args.out) if args.out else Path("reports") / Path(args.run_dirs[0]).name
-    path = build_report(args.run_dirs, out, scheduler=args.scheduler)
+    dask_slurm = None
+    if args.dask_slurm:
+        from hpcbench.report.dask_slurm import DaskSlurmConfig
+
+        dask_slurm = DaskSlurmConfig.from_dict({
+            "jobs": args.dask_slurm_jobs, "cores": args.dask_slurm_cores, "memory": args.dask_slurm_memory,
+            "interface": args.dask_slurm_interface or "",
+            "scheduler_interface": args.dask_slurm_scheduler_interface or "",
+            "sbatch_options": _backend_options(args), "start_timeout_s": args.dask_slurm_timeout})
+    path = build_report(args.run_dirs, out, scheduler=args.scheduler, dask_slurm=dask_slurm)
     print(f"report: {path.resolve()}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from hpcbench.report.publish import publish_report
+
+    site = Path(args.to)
+    publication = publish_report(Path(args.report_dir), site)
+    print(f"published: {(site / publication.slug / 'index.html').resolve()}")
+    print(f"site index: {(site / 'index.html').resolve()}")
     return 0
 
 
@@ -204,7 +225,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", help="report folder (default: reports/<first run dir's name>)")
     p.add_argument("--scheduler", help="address of an existing dask scheduler (default: a LocalCluster)")
+    dask = p.add_argument_group("dask workers as SLURM jobs (dask-jobqueue; the nodes must see the run dirs)")
+    dask.add_argument("--dask-slurm", action="store_true", help="start the dask workers as SLURM jobs")
+    dask.add_argument("--dask-slurm-jobs", type=int, default=2, metavar="N", help="jobs, one worker each (default 2)")
+    dask.add_argument("--dask-slurm-cores", type=int, default=1, metavar="N", help="CPUs (threads) per job (default 1)")
+    dask.add_argument("--dask-slurm-memory", default="2G", metavar="SIZE", help="memory per job (default 2G)")
+    dask.add_argument("--dask-slurm-interface", metavar="IFACE",
+                      help="the workers' network interface, e.g. ib0 (default: dask's choice; hpcb0 on the "
+                           "emulated cluster)")
+    dask.add_argument("--dask-slurm-scheduler-interface", metavar="IFACE",
+                      help="interface of this host the nodes reach (default: --dask-slurm-interface)")
+    dask.add_argument("--dask-slurm-timeout", type=float, default=180.0, metavar="S",
+                      help="seconds to wait for the workers to connect (default 180)")
+    for opt in ("partition", "account", "time", "qos", "constraint"):
+        dask.add_argument(f"--{opt}", dest=opt.replace("-", "_"), help="#SBATCH option of the worker jobs")
+    dask.add_argument("--sbatch-arg", action="append", metavar="--OPTION=VALUE",
+                      help="any other sbatch option of the worker jobs (repeatable)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("publish", help="copy a report folder into a static site and rewrite its index page")
+    p.add_argument("report_dir", metavar="REPORT_DIR", help="a folder written by `hpcbench report`")
+    p.add_argument("--to", required=True, metavar="SITE_DIR",
+                   help="the site folder (created); earlier publications in it are kept")
+    p.set_defaults(func=cmd_publish)
     return parser
 
 

@@ -110,7 +110,7 @@ def execute_notebook(name, tmp_path, **params):
     import papermill as pm
 
     from hpcbench.experiments import EXPERIMENTS
-    from hpcbench.results import find_record_files, read_records
+    from hpcbench.core.results import find_record_files, read_records
 
     out_dir = tmp_path / name
     pm.execute_notebook(str(EXPERIMENTS.get(name).notebook_path()), str(tmp_path / f"{name}.ipynb"),
@@ -119,3 +119,12 @@ def execute_notebook(name, tmp_path, **params):
     files = find_record_files(out_dir)
     assert files, f"{name} wrote no records"
     return pd.concat([read_records(p) for p in files], ignore_index=True), out_dir
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A dask LocalCluster in this process (threads), for tests that aggregate records."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as c:
+        yield c

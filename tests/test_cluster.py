@@ -20,7 +20,7 @@ from cluster_fixtures import require_cluster_prerequisites, session_cluster_spec
 from hpcbench.cluster import (ClusterError, ClusterSpec, check_prerequisites, cluster_down, cluster_status,
                               cluster_up, load_cluster, reshape_links)
 from hpcbench.cluster import daemons, network
-from hpcbench.errors import ConfigError
+from hpcbench.core.errors import ConfigError
 
 pytestmark = pytest.mark.integration
 

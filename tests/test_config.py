@@ -1,13 +1,13 @@
-"""Config coercion and errors (hpcbench.config) on a purpose-built config and on the real ones."""
+"""Config coercion and errors (hpcbench.core.config) on a purpose-built config and on the real ones."""
 
 from dataclasses import dataclass
 from typing import Literal
 
 import pytest
 
-from hpcbench.collectives import CollectivesConfig
-from hpcbench.config import ByteSize, Config, param, parse_bytes
-from hpcbench.errors import ConfigError, HpcbenchError
+from hpcbench.experiments.collectives.config import CollectivesConfig
+from hpcbench.core.config import ByteSize, Config, param, parse_bytes
+from hpcbench.core.errors import ConfigError, HpcbenchError
 
 
 @dataclass

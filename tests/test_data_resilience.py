@@ -18,7 +18,7 @@ from hpcbench.data.prefetch import DevicePrefetcher, buffer_samples, prefetch_sw
 from hpcbench.data.readers import collate_samples, open_dataset
 from hpcbench.data.staging import stage_dataset
 from hpcbench.data.writers import convert
-from hpcbench.errors import HpcbenchError, RegistryError
+from hpcbench.core.errors import HpcbenchError, RegistryError
 
 # torchvision 0.29 deprecates its JPEG decoder (torchcodec is not in the tested set); it still works.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")

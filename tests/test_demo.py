@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from conftest import render_in_chromium
-from hpcbench.runner import read_statuses
-from hpcbench.suite import load_suite
+from hpcbench.run.rundir import read_statuses
+from hpcbench.run.suite import load_suite
 
 
 @pytest.fixture(scope="module")

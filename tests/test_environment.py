@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.environment import (
+from hpcbench.experiments.environment.config import EnvironmentConfig
+from hpcbench.system.inventory import (
     ABSENT,
     COLLECTORS,
-    EnvironmentConfig,
     InventoryItem,
     collect_inventory,
     inventory_frame,
@@ -25,8 +25,8 @@ from hpcbench.environment import (
     parse_nvidia_smi_gpus,
     write_inventory,
 )
-from hpcbench.errors import ConfigError, RegistryError
-from hpcbench.results import RecordContext, RecordWriter, read_records
+from hpcbench.core.errors import ConfigError, RegistryError
+from hpcbench.core.results import RecordContext, RecordWriter, read_records
 
 FIXTURES = Path(__file__).parent / "fixtures" / "environment"
 NODE = FIXTURES / "two_socket_hdr"
@@ -272,7 +272,7 @@ def test_module_import_does_not_import_torch_or_pandas():
     # The CLI imports this module to list experiments; torch costs seconds.
     import subprocess
 
-    code = ("import sys, hpcbench.environment; "
+    code = ("import sys, hpcbench.system.inventory; "
             "print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

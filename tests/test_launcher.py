@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from hpcbench.dist.launcher import choose_launcher, plan_local, rendezvous_port
-from hpcbench.errors import RegistryError
+from hpcbench.core.errors import RegistryError
 
 
 def test_local_outside_slurm_and_for_single_node_tasks():

@@ -2,8 +2,9 @@
 
 import pytest
 
-from hpcbench.errors import RegistryError
-from hpcbench.metrics import LINK_PEAKS_GBPS, algbw, busbw, busbw_factor, percentile
+from hpcbench.core.errors import RegistryError
+from hpcbench.core.facts import LINK_PEAKS_GBPS
+from hpcbench.core.metrics import algbw, busbw, busbw_factor, percentile
 
 
 def test_algbw_is_bytes_per_second_in_1e9():

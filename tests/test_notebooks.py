@@ -9,7 +9,7 @@ import pytest
 
 from conftest import execute_notebook
 from hpcbench.experiments import EXPERIMENTS
-from hpcbench.task import CONTEXT_DEFAULTS
+from hpcbench.run.task import CONTEXT_DEFAULTS
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS.names())

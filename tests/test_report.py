@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.errors import HpcbenchError
-from hpcbench.metrics import busbw
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.core.metrics import busbw
 from hpcbench.report import aggregate, build_report, render
-from hpcbench.report.presenters import PRESENTERS
-from hpcbench.units import format_bytes
-from hpcbench.results import RecordContext, RecordWriter
+from hpcbench.core.units import format_bytes
+from hpcbench.core.results import RecordContext, RecordWriter
 
 from conftest import render_in_chromium
 
@@ -35,7 +34,7 @@ OPS = ("all_reduce", "all_gather")
 SIZES = (1024, 4096)
 #: Per-step times (ms) of a 1 KiB message; a size scales them, a repetition multiplies them.
 BASE_MS = (1.0, 2.0, 3.0)
-EXPECTED_CLAIMS = 17  # the claims of SOURCE.md that hpcbench.claims evaluates
+EXPECTED_CLAIMS = 17  # the claims of SOURCE.md that hpcbench.report.ledger evaluates
 
 
 def _labels(op: str, size: int, group: str = "world") -> dict:
@@ -78,7 +77,7 @@ def _collectives_task(run: Path, run_id: str, variant: str, rep: int, scale: flo
 def _environment_task(run: Path, run_id: str, torch_version: str) -> None:
     """Records but no status.json (a task run by hand): must be fine.
 
-    Shaped as hpcbench.environment writes them: text always, a number when the fact
+    Shaped as hpcbench.system.inventory writes them: text always, a number when the fact
     is a quantity, labels naming the category and where the fact was read.
     """
     task_dir = run / "tasks" / "environment.default.r0"
@@ -123,14 +122,6 @@ def make_run(root: Path, run_id: str, *, scale: float = 1.0, broken: bool = Fals
         foreign.parent.mkdir(parents=True)
         pd.DataFrame({"x": [1, 2], "y": ["a", "b"]}).to_parquet(foreign)
     return run
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +311,7 @@ def test_claims_ledger_per_source(agg, monkeypatch):
     """A fake claims module: every claim shown, measured per source, verdicts styled."""
     seen = []
 
-    def evaluate_claims(records: pd.DataFrame):
+    def evaluate_claims(records: pd.DataFrame, summaries=None):
         seen.append(set(records["run_id"]))
         measured = len(records[records["experiment"] == "collectives"])
         return [
@@ -330,10 +321,10 @@ def test_claims_ledger_per_source(agg, monkeypatch):
                     "not measured yet", "needs two nodes", ""),
         ]
 
-    fake = types.ModuleType("hpcbench.claims")
+    fake = types.ModuleType("hpcbench.report.ledger")
     fake.evaluate_claims = evaluate_claims
     fake.VERDICTS = ("confirmed", "refuted", "not measured yet")
-    monkeypatch.setitem(sys.modules, "hpcbench.claims", fake)
+    monkeypatch.setitem(sys.modules, "hpcbench.report.ledger", fake)
     html = render(agg)
     assert seen == [{"cluster-a"}, {"cluster-b"}]  # one source at a time
     ledger = _table(html, "claims-ledger")
@@ -347,8 +338,10 @@ def test_claims_ledger_per_source(agg, monkeypatch):
     assert f"<td>{a_rows}</td>" in ledger
 
 
-def test_default_presenter_and_registry():
-    assert {"collectives", "environment"} <= set(PRESENTERS.names())
+def test_experiments_bring_their_presenters():
+    from hpcbench.experiments import EXPERIMENTS
+
+    assert all(EXPERIMENTS.get(name).present is not None for name in ("collectives", "environment"))
     assert format_bytes(4 << 20) == "4 MiB" and format_bytes(1020) == "1,020 B"
 
 

@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from hpcbench.errors import ResultsError
-from hpcbench.results import COLUMNS, RecordContext, RecordWriter, find_record_files, read_records
+from hpcbench.core.errors import ResultsError
+from hpcbench.core.results import COLUMNS, RecordContext, RecordWriter, find_record_files, read_records
 
 
 def ctx(**kw):

@@ -14,9 +14,10 @@ import pytest
 
 from conftest import broken_notebooks
 from hpcbench.report import build_report
-from hpcbench.results import find_record_files, read_records
-from hpcbench.runner import read_statuses, resume_suite, run_suite
-from hpcbench.suite import load_suite, parse_suite
+from hpcbench.core.results import find_record_files, read_records
+from hpcbench.run.rundir import read_statuses
+from hpcbench.run.runner import resume_suite, run_suite
+from hpcbench.run.suite import load_suite, parse_suite
 
 
 @pytest.fixture

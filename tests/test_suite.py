@@ -6,10 +6,11 @@ import sys
 
 import pytest
 
-from hpcbench.errors import SuiteError
-from hpcbench.runner import read_statuses, run_suite
+from hpcbench.core.errors import SuiteError
+from hpcbench.run.rundir import read_statuses
+from hpcbench.run.runner import run_suite
 from conftest import broken_notebooks
-from hpcbench.suite import load_suite, parse_suite, shipped_suites
+from hpcbench.run.suite import load_suite, parse_suite, shipped_suites
 
 
 def test_demo_suite_is_shipped_and_expands():
@@ -104,7 +105,7 @@ def test_cli_run_one_task(tmp_path):
 
 
 def test_resume_reruns_only_failed_tasks(tmp_path, monkeypatch):
-    from hpcbench.runner import resume_suite
+    from hpcbench.run.runner import resume_suite
 
     suite = parse_suite({"name": "r", "tasks": [
         {"experiment": "environment", "params": {"include_commands": False}},

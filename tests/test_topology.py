@@ -3,7 +3,7 @@
 import pytest
 
 from hpcbench.dist.topology import Topology
-from hpcbench.errors import ConfigError
+from hpcbench.core.errors import ConfigError
 
 
 def test_groups_2x2():

@@ -5,7 +5,7 @@ Run: ``python -m hpcbench.bench.collectives_overhead [--ranks 4] [--min-bytes 1M
 For each size, in alternating rounds on the same process group, it times
 * the *raw loop*: ``iters`` back-to-back all_reduce calls between two clock reads
   (what nccl-tests' timing reduces to), busbw from the mean time per call, and
-* the *harness*: :func:`hpcbench.collectives.measure_op`, per-iteration timing,
+* the *harness*: :func:`hpcbench.experiments.collectives.worker.measure_op`, per-iteration timing,
   busbw from the p50 iteration (what the report shows) and from the mean iteration
   (the like-for-like figure: the raw loop can only give a mean),
 and prints harness busbw / raw busbw. Target: within 5 % (0.95 <= ratio).
@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcbench.collectives import OPS, aligned_size, measure_op, size_sweep
-from hpcbench.config import ByteSize, Config, param
+from hpcbench.core.config import ByteSize, Config, param
+from hpcbench.core.metrics import busbw
+from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.dist import Topology, launch
-from hpcbench.metrics import busbw
-from hpcbench.results import RecordContext, RecordWriter, read_records
+from hpcbench.experiments.collectives.worker import OPS, aligned_size, measure_op, size_sweep
 
 
 @dataclass

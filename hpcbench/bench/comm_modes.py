@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.results import find_record_files, read_records
-from hpcbench.runner import run_suite
-from hpcbench.suite import parse_suite
+from hpcbench.core.results import find_record_files, read_records
+from hpcbench.run.runner import run_suite
+from hpcbench.run.suite import parse_suite
 
 WORLD, PER_NODE = 4, 2
 #: Bytes over each direction of the inter-node link, in units of the gradient size S.
@@ -52,7 +52,7 @@ def bench_suite(model: str, steps: int, batch_size: int) -> dict:
 
 def compare(records: pd.DataFrame) -> pd.DataFrame:
     """Per mode: step, no-op step and communication time p50 (ms), throughput p50, gradient check."""
-    from hpcbench.comm_modes import summarize
+    from hpcbench.experiments.comm_modes.summary import summarize
 
     s = summarize(records).set_index("mode")
     return s[["step_p50_ms", "noop_step_p50_ms", "comm_time_p50_ms", "comm_share_p50", "throughput_total_p50",

@@ -40,13 +40,13 @@ from pathlib import Path
 
 from torch.utils.data import DataLoader
 
-from hpcbench.config import parse_bytes
+from hpcbench.core.config import parse_bytes
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
 from hpcbench.data.page_cache import evict
 from hpcbench.data.readers import loader_options, open_dataset
 from hpcbench.data.writers import convert
-from hpcbench.io_formats import measure_epoch
+from hpcbench.experiments.io_formats.worker import measure_epoch
 
 FORMATS = ("files", "hdf5", "tfrecord", "tar")
 MODES = {"storage": dict(decode=False, verify="size"),

@@ -27,9 +27,10 @@ import pandas as pd
 
 from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
 from hpcbench.cluster.emulated import ClusterError
-from hpcbench.results import find_record_files, read_records
-from hpcbench.runner import read_statuses, run_suite
-from hpcbench.suite import parse_suite
+from hpcbench.core.results import find_record_files, read_records
+from hpcbench.run.rundir import read_statuses
+from hpcbench.run.runner import run_suite
+from hpcbench.run.suite import parse_suite
 
 
 def _busbw_fraction(out: Path, link_rate_bits: float, iters: int) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hpcbench.cluster import daemons, network, slurm_daemons
 from hpcbench.cluster.host_commands import INSTALL_HINT, ClusterError, run_command
-from hpcbench.config import Config, param
+from hpcbench.core.config import Config, param
 
 __all__ = ["ClusterSpec", "NodeInfo", "ClusterInfo", "ClusterError", "DEFAULT_STATE_DIR", "cluster_up",
            "cluster_down", "cluster_status", "load_cluster", "check_prerequisites", "reshape_links"]

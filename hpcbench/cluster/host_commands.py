@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hpcbench.errors import LogError
+from hpcbench.core.errors import LogError
 
 #: What to install when a system piece is missing (Debian/Ubuntu package names).
 INSTALL_HINT = "apt-get install slurm-wlm munge iproute2"

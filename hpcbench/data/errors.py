@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpcbench.errors import HpcbenchError
+from hpcbench.core.errors import HpcbenchError
 
 
 class DataError(HpcbenchError):

@@ -2,7 +2,7 @@
 
 A notebook is the *driver*: it calls :func:`launch`, which starts worker processes
 with torchrun; each worker calls a library entry point with its rank's
-:class:`Topology` and a :class:`~hpcbench.results.RecordWriter`, and the driver
+:class:`Topology` and a :class:`~hpcbench.core.results.RecordWriter`, and the driver
 then reads the records back.
 """
 

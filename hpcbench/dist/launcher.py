@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hpcbench.config import Config
+from hpcbench.core.config import Config
 from hpcbench.dist.topology import EMULATED_NODES_ENV
-from hpcbench.errors import ConfigError, LaunchError
-from hpcbench.registry import Registry
-from hpcbench.results import RecordContext, find_record_files
+from hpcbench.core.errors import ConfigError, LaunchError
+from hpcbench.core.registry import Registry
+from hpcbench.core.results import RecordContext, find_record_files
 
 #: Lines a worker prints with this prefix are echoed by the driver as progress.
 PROGRESS_PREFIX = "[hpcbench progress]"

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 from typing import Mapping
 
-from hpcbench.errors import ConfigError
+from hpcbench.core.errors import ConfigError
 
 EMULATED_NODES_ENV = "HPCBENCH_EMULATED_NODES"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hpcbench.dist.launcher import FAILURE_MARKER, PROGRESS_PREFIX
 from hpcbench.dist.topology import Topology
-from hpcbench.results import RecordContext, RecordWriter
+from hpcbench.core.results import RecordContext, RecordWriter
 
 
 def _resolve(qualname: str):

@@ -1,6 +1,6 @@
 """Models for the training experiments, and synthetic inputs for them.
 
-Model code imports no parallelism: :mod:`hpcbench.comm_modes` applies it. Each
+Model code imports no parallelism: :mod:`hpcbench.parallel.modes` applies it. Each
 :class:`ModelSpec` in :data:`MODELS` says how to build the model, how to make a
 synthetic batch directly on the model's device (so that an experiment measures
 computation and communication, not I/O), how to compute the loss, and what one
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hpcbench.registry import Registry
+from hpcbench.core.registry import Registry
 
 
 @dataclass(frozen=True)

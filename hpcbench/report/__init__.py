@@ -2,11 +2,15 @@
 
     from hpcbench.report import build_report
     build_report(["results/run-a", "results/run-b"], "report/")  # -> report/index.html
+
+Modules: :mod:`aggregate` (dask), :mod:`kit` (the document model presenters build),
+:mod:`verdict` (intervals and references), :mod:`rulekit` (what rules share),
+:mod:`ledger` (claims x rules -> rows), :mod:`html` (the page), :mod:`publish`.
 """
 
 from hpcbench.report.aggregate import Aggregate, Unreadable, aggregate, load_sources
 from hpcbench.report.html import build_report, render
-from hpcbench.report.presenters import PRESENTERS, ExperimentData, Presenter, Section
+from hpcbench.report.kit import ExperimentData, Section
 
-__all__ = ["Aggregate", "ExperimentData", "PRESENTERS", "Presenter", "Section", "Unreadable",
-           "aggregate", "build_report", "load_sources", "render"]
+__all__ = ["Aggregate", "ExperimentData", "Section", "Unreadable", "aggregate", "build_report", "load_sources",
+           "render"]

@@ -13,7 +13,7 @@ file costs more in scheduling than in reading), into one dask DataFrame with a
 * the text rows (NaN value with a text: "not applicable: ...", versions), kept as text;
 * the raw rows of the experiments that need them (claims, inventories).
 
-A file that :func:`hpcbench.results.read_records` rejects (corrupt, truncated, a
+A file that :func:`hpcbench.core.results.read_records` rejects (corrupt, truncated, a
 foreign Parquet file) is set aside with its reason; it never fails its partition.
 :meth:`Aggregate.experiment_stats` expands the labels into columns, per experiment.
 """
@@ -29,8 +29,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from hpcbench.errors import HpcbenchError, ResultsError
-from hpcbench.results import COLUMNS, empty_frame, find_record_files, read_records
+from hpcbench.core.errors import HpcbenchError, ResultsError
+from hpcbench.core.results import COLUMNS, empty_frame, expand_labels, find_record_files, read_records
 
 #: The columns a series is identified by (``labels`` is canonical JSON). ``node`` keeps
 #: one node's samples apart from another's, so that a slow node shows as its own row.
@@ -74,6 +74,8 @@ class Source:
     tasks: list[TaskStatus] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
+    not_counted: list[TaskStatus] = field(default_factory=list)
+    """Tasks whose records are left out: a task that did not finish measured nothing to trust."""
 
     def count(self, state: str) -> int:
         return sum(1 for t in self.tasks if t.state == state)
@@ -89,6 +91,14 @@ class Aggregate:
     unreadable: list[Unreadable]
     tasks: list[TaskStatus]
     records_by_source: dict[str, pd.DataFrame]  # schema columns, raw rows of the requested experiments
+    summaries_by_source: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
+    """source -> experiment -> every launch's summary (the experiment's ``summarize``, run on the workers)."""
+
+    def summaries(self, experiment: str) -> pd.DataFrame:
+        """One experiment's launch summaries of all sources, with a ``source`` column."""
+        frames = [by_exp[experiment].assign(source=label) for label, by_exp in self.summaries_by_source.items()
+                  if experiment in by_exp and len(by_exp[experiment])]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     @property
     def labels(self) -> list[str]:
@@ -133,8 +143,21 @@ def load_sources(run_dirs: Sequence[str | Path]) -> list[Source]:
         # A run dir's measurements live under tasks/; superseded attempts (attempts/)
         # are kept as evidence but not counted. Hand-made dirs are read whole.
         source.files = find_record_files(d / "tasks") if (d / "tasks").is_dir() else find_record_files(d)
+        # Records of a task that failed (or never finished) are no measurement: neither the
+        # tables nor the ledger read them; the report lists the task instead.
+        unfinished = {t.task_id for t in source.tasks if t.state != "done"}
+        if unfinished:
+            source.not_counted = [t for t in source.tasks if t.task_id in unfinished]
+            source.files = [f for f in source.files if not _in_task(f, d / "tasks", unfinished)]
         sources.append(source)
     return sources
+
+
+def _in_task(path: Path, tasks_dir: Path, task_ids: set[str]) -> bool:
+    try:
+        return path.relative_to(tasks_dir).parts[0] in task_ids
+    except ValueError:
+        return False
 
 
 def _unique(label: str, used: set[str]) -> str:
@@ -314,29 +337,36 @@ def aggregate(run_dirs: Sequence[str | Path] | Sequence[Source], client, files_p
     records_by_source = {s.label: raw_df[raw_df["source"] == s.label][COLUMNS].reset_index(drop=True)
                          for s in sources}
     tasks = [t for s in sources for t in s.tasks]
+    summaries = summarize_on_cluster(client, records_by_source)
     progress(f"report: {len(stats_df)} series, {len(text_df)} text rows, "
              f"{len(unreadable)} unreadable input(s), {len(tasks)} task(s)")
     return Aggregate(sources=sources, stats=stats_df, text_rows=text_df, unreadable=unreadable,
-                     tasks=tasks, records_by_source=records_by_source)
+                     tasks=tasks, records_by_source=records_by_source, summaries_by_source=summaries)
 
 
-def expand_labels(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with one column per label key (a key that clashes becomes ``label.KEY``)."""
-    frame = frame.reset_index(drop=True)
-    parsed = []
-    for text in frame["labels"]:
-        try:
-            value = json.loads(text)
-        except (TypeError, json.JSONDecodeError):
-            value = {}
-        parsed.append(value if isinstance(value, dict) else {})
-    labels = pd.DataFrame(parsed, index=frame.index)
-    labels.columns = [f"label.{c}" if c in frame.columns else str(c) for c in labels.columns]
-    out = pd.concat([frame, labels], axis=1)
-    out.attrs["label_keys"] = list(labels.columns)
+def _summarize_experiment(records: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.report.ledger import summarize_launches
+
+    return summarize_launches(records, EXPERIMENTS.get(experiment).summarize, experiment)
+
+
+def summarize_on_cluster(client, records_by_source: dict[str, pd.DataFrame]) -> dict[str, dict[str, pd.DataFrame]]:
+    """Each experiment's launch summaries per source, one dask task per (source, experiment).
+
+    Computed once here; the report's tables, its plots and the ledger all read these frames.
+    """
+    from hpcbench.experiments import EXPERIMENTS
+
+    jobs = []
+    for label, frame in records_by_source.items():
+        for name in sorted(set(frame["experiment"])) if len(frame) else []:
+            if name in EXPERIMENTS and EXPERIMENTS.get(name).summarize is not None:
+                part = frame[frame["experiment"] == name]
+                jobs.append((label, name, client.submit(_summarize_experiment, part, name, pure=False)))
+    out: dict[str, dict[str, pd.DataFrame]] = {label: {} for label in records_by_source}
+    for (label, name, _), frame in zip(jobs, client.gather([f for *_, f in jobs])):
+        out[label][name] = frame
     return out
 
 
-def label_keys(frame: pd.DataFrame) -> list[str]:
-    """The label columns :func:`expand_labels` added to ``frame``."""
-    return list(frame.attrs.get("label_keys", []))

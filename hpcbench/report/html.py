@@ -11,35 +11,38 @@ Plots are inline base64 PNGs and the CSS is inline, so ``index.html`` is self-co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
-import importlib.resources
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-import jinja2
 import pandas as pd
 
-from hpcbench.errors import HpcbenchError
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.core.results import COLUMNS, empty_frame
 from hpcbench.report.aggregate import Aggregate, Source, aggregate, load_sources
-from hpcbench.report.presenters import (PRESENTERS, Cell, ExperimentData, Section, Table, fmt_number,
-                                        presenter_for, slug)
-from hpcbench.results import COLUMNS, empty_frame
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, fmt_number, page_template, png_of,
+                                 present_stats, slug)
+from hpcbench.report.publish import report_manifest, write_report_manifest
 
-#: Experiments shown first, in this order; the others follow alphabetically.
-EXPERIMENT_ORDER = ("environment", "collectives")
-
+if TYPE_CHECKING:
+    from hpcbench.report.dask_slurm import DaskSlurmConfig
 
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, scheduler: str | None = None,
-                 files_per_partition: int = 25, title: str | None = None,
-                 progress: Callable[[str], None] = print) -> Path:
+                 dask_slurm: DaskSlurmConfig | None = None, files_per_partition: int = 25,
+                 title: str | None = None, progress: Callable[[str], None] = print) -> Path:
     """Write ``out_dir/index.html``, the report of ``run_dirs`` side by side.
 
     Args:
         run_dirs: run directories; each is one source (labelled by its run id, or its name).
-        out_dir: where ``index.html`` goes (created).
+        out_dir: where ``index.html`` goes (created), with ``report.json``, the report's
+            metadata as data (title, runs, verdict counts) for ``hpcbench publish``.
         scheduler: address of a running dask scheduler to use; None starts a local
             cluster for the duration of the call.
+        dask_slurm: start the dask workers as SLURM jobs instead (dask-jobqueue; see
+            :mod:`hpcbench.report.dask_slurm`); their logs go to ``out_dir/dask-slurm``
+            unless its ``log_directory`` says otherwise.
         files_per_partition: records files read by one dask task.
         title: the page title (default: names the sources).
         progress: receives short progress lines.
@@ -49,29 +52,63 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
 
     Raises:
         HpcbenchError: a run directory is missing or is not a directory (before any
-            cluster is started), or the scheduler cannot be reached.
+            cluster is started), the scheduler cannot be reached, or the SLURM
+            workers do not start (naming their jobs and logs).
     """
     sources = load_sources(run_dirs)
     if files_per_partition < 1:
         raise HpcbenchError(f"files_per_partition must be >= 1, got {files_per_partition}")
     out = Path(out_dir)
     claims = _claims_api()
-    raw_experiments = _raw_experiments(claims)
-    with _dask_client(scheduler) as client:
+    raw_experiments = _raw_experiments()
+    if dask_slurm is not None and not dask_slurm.log_directory:
+        dask_slurm = dataclasses.replace(dask_slurm, log_directory=str(out / "dask-slurm"))
+    with _dask_client(scheduler, dask_slurm, progress) as client:
         agg = aggregate(sources, client, files_per_partition, raw_experiments=raw_experiments,
                         progress=progress)
+    # Resolved here so that the page and report.json carry the same title.
+    title = title or "hpcbench report: " + ", ".join(agg.labels)
     html = render(agg, claims=claims, title=title)
     out.mkdir(parents=True, exist_ok=True)
     index = out / "index.html"
     progress(f"report: writing {index}")
     index.write_text(html, encoding="utf-8")
+    write_report_manifest(out, report_manifest(title, agg.sources, _verdicts_by_source(agg, claims)))
     return index
 
 
+def _verdicts_by_source(agg: Aggregate, claims: _Claims) -> dict[str, dict[str, str] | None]:
+    """Each source's verdict per claim id, for report.json; None where evaluating failed.
+
+    The ledger section keeps only what it shows, so the claims are evaluated again here:
+    cheap rules over the raw frames already in memory.
+    """
+    verdicts: dict[str, dict[str, str] | None] = {}
+    for label in agg.labels:
+        if claims.evaluate is None:  # the claims module is unavailable: no verdicts, not zeros
+            verdicts[label] = None
+            continue
+        try:
+            rows = _evaluate_source(agg, claims, label)
+        except Exception:  # noqa: BLE001 - the ledger section already shows the failure
+            rows = None
+        verdicts[label] = None if rows is None else {str(r.claim_id): str(r.verdict) for r in rows}
+    return verdicts
+
+
 @contextlib.contextmanager
-def _dask_client(scheduler: str | None) -> Iterator[Any]:
+def _dask_client(scheduler: str | None, dask_slurm: DaskSlurmConfig | None = None,
+                 progress: Callable[[str], None] = print) -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
+    if scheduler and dask_slurm is not None:
+        raise HpcbenchError("--scheduler and --dask-slurm exclude each other: pick one dask cluster")
+    if dask_slurm is not None:
+        from hpcbench.report.dask_slurm import slurm_dask_client
+
+        with slurm_dask_client(dask_slurm, progress=progress) as client:
+            yield client
+        return
     if scheduler:
         try:
             client = Client(scheduler, timeout="20s", set_as_default=False)
@@ -95,8 +132,7 @@ def _dask_client(scheduler: str | None) -> Iterator[Any]:
 # -- the claims ledger -----------------------------------------------------------
 
 class _Claims:
-    def __init__(self, evaluate: Callable[[pd.DataFrame], list] | None, verdicts: Sequence[str],
-                 problem: str | None):
+    def __init__(self, evaluate: Callable[..., list] | None, verdicts: Sequence[str], problem: str | None):
         self.evaluate = evaluate
         self.verdicts = tuple(verdicts)
         self.problem = problem
@@ -104,30 +140,31 @@ class _Claims:
 
 def _claims_api() -> _Claims:
     try:
-        from hpcbench.claims import VERDICTS, evaluate_claims
+        from hpcbench.report.ledger import VERDICTS, evaluate_claims
     except ImportError as exc:
-        if getattr(exc, "name", None) not in (None, "hpcbench.claims"):
-            raise  # a dependency of claims.py is missing: that is a bug to see
-        return _Claims(None, (), f"the claims module is not available ({exc})")
+        if getattr(exc, "name", None) not in (None, "hpcbench.report.ledger"):
+            raise  # a dependency of the ledger is missing: that is a bug to see
+        return _Claims(None, (), f"the claims ledger is not available ({exc})")
     return _Claims(evaluate_claims, VERDICTS, None)
 
 
-def _raw_experiments(claims: _Claims) -> list[str] | None:
-    """Experiments whose raw rows come back: those of the presenters that ask, and the claims'.
+def _evaluate_source(agg: Aggregate, claims: _Claims, label: str) -> list:
+    """The ledger rows of one source, from its raw records and the summaries the workers computed."""
+    records = agg.records_by_source.get(label)
+    return claims.evaluate(empty_frame() if records is None else records[COLUMNS],
+                           summaries=agg.summaries_by_source.get(label))
 
-    The claims' experiments are learnt by evaluating them on no records (each ledger
-    row names its experiment); None (all raw rows) when that does not tell.
-    """
-    wanted = {name for name in PRESENTERS if PRESENTERS.get(name).raw_rows}
-    if claims.evaluate is None:
-        return sorted(wanted)
-    try:
-        rows = claims.evaluate(empty_frame())
-    except Exception:  # noqa: BLE001 - any failure just means "bring everything"
-        return None
-    for row in rows:
-        names = str(getattr(row, "experiment", "") or "")
-        wanted.update(n for n in names.replace(";", ",").replace(" ", ",").split(",") if n)
+
+def _raw_experiments() -> list[str]:
+    """Experiments whose raw rows come back: those with rules (and what they read) or raw presenters."""
+    from hpcbench.experiments import EXPERIMENTS
+
+    wanted: set[str] = set()
+    for name in EXPERIMENTS.names():
+        spec = EXPERIMENTS.get(name)
+        if spec.rules or spec.raw_rows or spec.summarize is not None:
+            wanted.add(name)
+            wanted.update(spec.reads)
     return sorted(wanted)
 
 
@@ -168,11 +205,8 @@ def ledger_section(agg: Aggregate, claims: _Claims) -> Section:
     for label in labels:
         if claims.evaluate is None:
             break
-        records = agg.records_by_source.get(label)
-        if records is None:
-            records = empty_frame()
         try:
-            rows = claims.evaluate(records[COLUMNS])
+            rows = _evaluate_source(agg, claims, label)
         except Exception as exc:  # noqa: BLE001 - the report shows the failure and goes on
             section.notes.append(Cell(f"{label}: evaluating the claims failed: {type(exc).__name__}: {exc}", "fail"))
             continue
@@ -208,7 +242,48 @@ def ledger_section(agg: Aggregate, claims: _Claims) -> Section:
         ])
     section.tables.append(Table(columns=columns, rows=rows, id="claims-ledger",
                                 caption=f"{len(rows)} claims"))
+    figure = interval_figure([(s, r) for s in labels for r in per_source.get(s, {}).values()], several)
+    if figure is not None:
+        section.figures.append(figure)
     return section
+
+
+def interval_figure(rows: list[tuple[str, Any]], several: bool) -> Figure | None:
+    """Every judged comparison's 95 % interval drawn against its reference band (a forest plot)."""
+    import math
+
+    from matplotlib.figure import Figure as MplFigure
+    from matplotlib.patches import Rectangle
+
+    items = []
+    for source, row in rows:
+        for label, outcome in zip(getattr(row, "labels", ()), getattr(row, "outcomes", ())):
+            iv = outcome.interval
+            if not math.isfinite(iv.estimate):
+                continue
+            name = f"{row.claim_id} {label}" + (f" [{source}]" if several else "")
+            items.append((name, iv, outcome.reference, outcome.verdict))
+    if not items:
+        return None
+    colours = {"reproduced": "#2e7d32", "not reproduced": "#c62828"}
+    fig = MplFigure(figsize=(8.5, 0.42 * len(items) + 1.2))
+    ax = fig.subplots()
+    for y, (name, iv, ref, verdict) in enumerate(reversed(items)):
+        lo = ref.lower if ref.lower is not None else 0.0
+        hi = ref.upper if ref.upper is not None else max(iv.high if math.isfinite(iv.high) else iv.estimate,
+                                                         iv.estimate, lo) * 1.5 + 0.1
+        ax.add_patch(Rectangle((lo, y - 0.35), hi - lo, 0.7, color="#c8e6c9", zorder=0))
+        low = iv.low if math.isfinite(iv.low) else iv.estimate
+        high = iv.high if math.isfinite(iv.high) else iv.estimate
+        ax.plot([low, high], [y, y], color=colours.get(verdict, "#f9a825"), lw=2.5)
+        ax.plot([iv.estimate], [y], "o", color="black", ms=4)
+    ax.set_yticks(range(len(items)))
+    ax.set_yticklabels([name for name, *_ in reversed(items)], fontsize=7)
+    ax.set_xlabel("measured value with its 95 % interval (green band: the reference; line colour: the verdict)")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return Figure(title="Intervals against reference bands", png_base64=png_of(fig),
+                  alt="one line per judged comparison: its 95 % interval over launches against the reference band")
 
 
 # -- the other sections ----------------------------------------------------------
@@ -258,21 +333,30 @@ def runs_table(sources: list[Source]) -> Table:
     return Table(columns=columns, rows=rows, id="runs")
 
 
+def _notebook_order(name: str) -> tuple[str, str]:
+    """Experiments in the order of their notebooks (00_environment, 01_..., 10_collectives)."""
+    from hpcbench.experiments import EXPERIMENTS
+
+    return (EXPERIMENTS.get(name).notebook if name in EXPERIMENTS else "~", name)
+
+
 def experiment_sections(agg: Aggregate) -> list[Section]:
-    names = agg.experiments()
-    names = [n for n in EXPERIMENT_ORDER if n in names] + [n for n in names if n not in EXPERIMENT_ORDER]
+    from hpcbench.experiments import EXPERIMENTS
+
+    names = sorted(agg.experiments(), key=_notebook_order)
     sections: list[Section] = []
     for name in names:
-        presenter = presenter_for(name)
+        spec = EXPERIMENTS.get(name) if name in EXPERIMENTS else None
+        present = spec.present if spec is not None and spec.present is not None else present_stats
         raw = None
-        if presenter.raw_rows:
+        if spec is not None and spec.raw_rows:
             parts = [frame[frame["experiment"] == name].assign(source=label)
                      for label, frame in agg.records_by_source.items()]
             raw = pd.concat(parts, ignore_index=True) if parts else None
         data = ExperimentData(experiment=name, sources=agg.labels, stats=agg.experiment_stats(name),
-                              text=agg.experiment_text(name), raw=raw)
+                              text=agg.experiment_text(name), raw=raw, summaries=agg.summaries(name))
         try:
-            sections += presenter.present(data)
+            sections += present(data)
         except Exception as exc:  # noqa: BLE001 - one broken presenter must not hide the rest
             sections.append(Section(title=f"Experiment: {name}", id=f"exp-{slug(name)}",
                                     notes=[Cell(f"presenting failed: {type(exc).__name__}: {exc}", "fail")]))
@@ -288,13 +372,6 @@ def _version() -> str:
         return "unknown"
 
 
-def _template() -> jinja2.Template:
-    text = importlib.resources.files("hpcbench.report").joinpath("template.html").read_text(encoding="utf-8")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(text)
-
-
 def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None = None) -> str:
     """The report page as a string."""
     claims = claims or _claims_api()
@@ -303,7 +380,7 @@ def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None =
     counts = {state: sum(1 for t in agg.tasks if t.state == state) for state in ("done", "failed")}
     counts["other"] = len(agg.tasks) - counts["done"] - counts["failed"]
     created = sorted({str(s.info["created"]) for s in agg.sources if s.info.get("created")})
-    return _template().render(
+    return page_template("template.html").render(
         title=title or "hpcbench report: " + ", ".join(agg.labels),
         generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         version=_version(),

@@ -47,7 +47,7 @@ from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, S
 from hpcbench.data.manifest import Manifest, check_files, load_manifest
 from hpcbench.data.plan import Piece, buffer_shuffle, epoch_pieces
 from hpcbench.data.resilience import EventLog, OpenedShard, ShardAccess, ShardCheckFailed, Verify
-from hpcbench.registry import Registry
+from hpcbench.core.registry import Registry
 
 # torchvision 0.29 deprecates its JPEG decoder in favour of torchcodec, which the tested set
 # does not include; the decoder still works and is the one the issue names.

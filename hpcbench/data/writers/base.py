@@ -9,7 +9,7 @@ from typing import ClassVar, Iterator
 
 from hpcbench.data.errors import ManifestError
 from hpcbench.data.manifest import Manifest, ShardEntry, load_manifest, shard_entry
-from hpcbench.registry import Registry
+from hpcbench.core.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,318 @@
+"""Typed experiment configs built from plain dicts.
+
+Every experiment owns one ``@dataclass`` that subclasses :class:`Config`. A config
+is built from a plain dict (papermill parameters, a suite's YAML, CLI ``-p k=v``)
+with :meth:`Config.from_dict`, which
+
+* rejects unknown keys and lists the valid ones,
+* coerces each value to the field's declared type (``"4"`` -> ``4``,
+  ``"1M"`` -> ``1048576`` for :data:`ByteSize`, ``"a,b"`` -> ``["a", "b"]``),
+* validates ranges and choices declared in the field's metadata and raises
+  :class:`~hpcbench.core.errors.ConfigError` naming the field and the allowed range.
+
+Fields are declared with :func:`param` so that each carries its documentation::
+
+    @dataclass
+    class MyConfig(Config):
+        iters: int = param(20, "timed iterations per size", min=1)
+
+The notebook that runs an experiment has a ``parameters`` cell holding exactly
+these fields with the same defaults (a test checks it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, get_args, get_origin
+
+from hpcbench.core.errors import ConfigError
+
+__all__ = ["Config", "ByteSize", "param", "parse_bytes"]
+
+
+class ByteSize(int):
+    """An ``int`` number of bytes that also accepts ``"64K"``, ``"1M"``, ``"2GiB"``.
+
+    Suffixes are binary (K = 1024), as in nccl-tests' ``-b 8 -e 128M``.
+    """
+
+
+_BYTE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"1M"`` -> 1048576; ints pass through. Raises ``ValueError`` when unreadable."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a byte size: {text!r}")
+    if isinstance(text, int):
+        return text
+    if isinstance(text, float) and text.is_integer():
+        return int(text)
+    m = _BYTES_RE.match(str(text))
+    if not m:
+        raise ValueError(f"not a byte size: {text!r} (use e.g. 4096, 64K, 1M, 2G)")
+    number, unit = m.groups()
+    value = float(number) * _BYTE_UNITS[unit.upper()]
+    if not value.is_integer():
+        raise ValueError(f"not a whole number of bytes: {text!r}")
+    return int(value)
+
+
+def param(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
+          choices: typing.Sequence[Any] | None = None) -> Any:
+    """Declare a config field with its documentation and allowed values.
+
+    Args:
+        default: the default value (lists are copied per instance).
+        doc: what the field means and why the default was chosen.
+        min, max: inclusive bounds for numbers (for lists: for every element).
+        choices: the allowed values (for lists: for every element).
+    """
+    meta = {"doc": doc, "min": min, "max": max, "choices": tuple(choices) if choices else None}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda d=default: json.loads(json.dumps(d)), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Coerce ``value`` to type ``tp``; raise ``ValueError`` with a short reason."""
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
+            if type(None) in get_args(tp):
+                return None
+        last: Exception | None = None
+        for arg in args:
+            try:
+                return _coerce(value, arg, name)
+            except (ValueError, TypeError) as exc:
+                last = exc
+        raise ValueError(str(last))
+    if origin is Literal:
+        allowed = get_args(tp)
+        for a in allowed:
+            if value == a or (isinstance(value, str) and str(a) == value):
+                return a
+        raise ValueError(f"{value!r} is not one of {list(allowed)}")
+    if origin in (list, tuple):
+        (item_tp, *_) = get_args(tp) or (str,)
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                value = json.loads(text)
+            else:
+                value = [v.strip() for v in text.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        items = [_coerce(v, item_tp, name) for v in value]
+        return items if origin is list else tuple(items)
+    if tp is ByteSize:
+        return ByteSize(parse_bytes(value))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError(f"{value!r} is not a boolean (true/false)")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is not an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise ValueError(f"{value!r} is not an integer")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is not a number")
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{value!r} is not a number") from None
+        if math.isnan(out):
+            raise ValueError("NaN is not allowed")
+        return out
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ValueError(f"{value!r} is not a string")
+        return str(value)
+    if tp is dict or origin is dict:
+        if isinstance(value, str):
+            value = json.loads(value)
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not a mapping")
+        return dict(value)
+    return value
+
+
+def _describe_range(meta: typing.Mapping[str, Any]) -> str:
+    if meta.get("choices"):
+        return f"one of {list(meta['choices'])}"
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and hi is not None:
+        return f"between {lo} and {hi}"
+    if lo is not None:
+        return f">= {lo}"
+    if hi is not None:
+        return f"<= {hi}"
+    return "valid"
+
+
+@dataclass
+class Config:
+    """Base of every experiment config: dict in, validated typed dataclass out."""
+
+    #: Shown in error messages; subclasses may override (defaults to the class name).
+    config_name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            try:
+                value = _coerce(value, hints[f.name], f.name)
+            except (ValueError, TypeError, json.JSONDecodeError) as exc:
+                raise self._error(f.name, f"{exc}; expected {_type_name(hints[f.name])}") from None
+            object.__setattr__(self, f.name, value)
+            self._check_range(f, value)
+        self.validate()
+
+    # -- subclass hook --------------------------------------------------------
+    def validate(self) -> None:
+        """Cross-field checks; raise ``self._error(field, message)``."""
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables the worker ranks need before ``torch.distributed`` starts.
+
+        The launcher sets them in the ranks' environment (locally and through ``srun``),
+        e.g. NCCL settings, which NCCL reads once when its communicator is created.
+        """
+        return {}
+
+    # -- construction ---------------------------------------------------------
+    @classmethod
+    def from_dict(cls, values: typing.Mapping[str, Any] | None = None, **overrides: Any):
+        """Build from a plain dict; unknown keys are rejected with the valid ones."""
+        merged = {**(values or {}), **overrides}
+        valid = cls.field_names()
+        unknown = sorted(set(merged) - set(valid))
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter(s) {unknown}; valid parameters: {valid}",
+                config=cls._name(),
+            )
+        return cls(**merged)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The default value of every field, as ``from_dict({})`` would resolve it."""
+        return cls().to_dict()
+
+    @classmethod
+    def describe(cls) -> list[dict[str, Any]]:
+        """One row per field: name, type, default, allowed values, documentation."""
+        hints = typing.get_type_hints(cls)
+        rows = []
+        defaults = cls.defaults()
+        for f in dataclasses.fields(cls):
+            rows.append({
+                "name": f.name,
+                "type": _type_name(hints[f.name]),
+                "default": defaults[f.name],
+                "allowed": _describe_range(f.metadata),
+                "doc": f.metadata.get("doc", ""),
+            })
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly values (ByteSize becomes a plain int)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+    # -- helpers --------------------------------------------------------------
+    @classmethod
+    def _name(cls) -> str:
+        return cls.config_name or cls.__name__
+
+    def _error(self, field: str, message: str) -> ConfigError:
+        return ConfigError(message, field=field, config=self._name())
+
+    def _check_range(self, f: dataclasses.Field, value: Any) -> None:
+        meta = f.metadata
+        if not meta:
+            return
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            bad = False
+            if meta.get("choices") and item not in meta["choices"]:
+                bad = True
+            if isinstance(item, (int, float)) and not isinstance(item, bool):
+                if meta.get("min") is not None and item < meta["min"]:
+                    bad = True
+                if meta.get("max") is not None and item > meta["max"]:
+                    bad = True
+            if bad:
+                raise self._error(f.name, f"{item!r} is out of range; allowed: {_describe_range(meta)}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, ByteSize):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    if tp is ByteSize:
+        return "byte size (e.g. 4096, 64K, 1M)"
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        return f"list of {_type_name((get_args(tp) or (str,))[0])}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) if a is not type(None) else "none" for a in get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+
+@dataclass
+class DistributedConfig(Config):
+    """What every distributed experiment shares: its layout and backend, first in its notebook's parameters.
+
+    ``nodes > 1`` on one machine without SLURM is an emulated split of the local ranks
+    (all traffic on one loopback); under SLURM or on the emulated cluster, real nodes.
+    """
+
+    nodes: int = param(1, "nodes; on one machine more than 1 is an emulated split of the local ranks",
+                       min=1, max=4096)
+    ranks_per_node: int = param(2, "ranks (GPUs, or CPU processes) per node", min=1, max=64)
+    backend: str = param("auto", "auto: NCCL with a GPU per rank, else gloo", choices=("auto", "gloo", "nccl"))

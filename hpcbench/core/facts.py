@@ -1,0 +1,45 @@
+"""Constants of the world, each once, each with where it comes from.
+
+Three kinds: limits and defaults of the software we drive (NCCL, PyTorch DDP), link
+rates of the hardware the guide names (vendor data sheets), and the guide's own figures
+(SOURCE.md, checked against the original in shared/seed/). Code that needs one of these
+imports it from here; a literal 4096 or 3.2 elsewhere is a bug waiting to disagree.
+"""
+
+from __future__ import annotations
+
+GB = 1e9  # decimal gigabyte, as nccl-tests and link data sheets use
+
+# -- InfiniBand, NCCL, PyTorch ------------------------------------------------------------
+#: Largest InfiniBand MTU (IBTA spec vol. 1: 256 B .. 4096 B).
+IB_MTU_BYTES = 4096
+#: NCCL environment docs: NCCL_BUFFSIZE defaults to 4 MiB.
+NCCL_DEFAULT_BUFFSIZE = 4 << 20
+#: NCCL environment docs: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD must not exceed 64.
+NCCL_SOCKET_THREADS_LIMIT = 64
+#: torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25).
+DDP_DEFAULT_BUCKET_BYTES = 25 << 20
+#: torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP caps its first bucket at 1 MiB.
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+
+# -- link peaks, GB/s per direction (vendor data sheets) -------------------------------------
+LINK_PEAKS_GBPS = {
+    "HDR InfiniBand (200 Gb/s)": 200e9 / 8 / GB,   # the guide's fabric (C16)
+    "NDR InfiniBand (400 Gb/s)": 400e9 / 8 / GB,
+    "NVLink 3 (A100, per GPU)": 300.0,             # 600 GB/s bidirectional
+}
+#: GPUs per node on the guide's platform (C16: "8 x A100").
+GUIDE_GPUS_PER_NODE = 8
+
+# -- the guide's figures (SOURCE.md) ---------------------------------------------------------
+GUIDE_C3_RESNET = (12_500, 18_700, 49.6)   # DDP, Hybrid images/s, stated gain %
+GUIDE_C3_GPT2 = (8_200, 11_500, 40.2)      # DDP, Hybrid tokens/s, stated gain %
+GUIDE_C7_STEP_MS = (420, 310, 132)         # original, comm-tuned, full optimisation
+GUIDE_C7_UTIL = (0.61, 0.75, 0.92)
+GUIDE_C7_SPEEDUP = 3.2                     # "3.2x faster"
+GUIDE_C2_GAIN = 2.20                       # "+220 %" per-GPU throughput, i.e. 3.2x
+GUIDE_C2_BATCH_FACTOR = 4                  # "batch > 4x the cloud batch"
+GUIDE_C4_IDLE = 0.65                       # "GPUs idle 65 % of the time"
+GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES = 2, 4 << 20
+GUIDE_C10_NCCL_SETTINGS = {"NCCL_ALGO": "Tree", "NCCL_NSOCKS_PERTHREAD": "4",
+                           "NCCL_SOCKET_NTHREADS": "8", "NCCL_BUFFSIZE": "4194304"}

@@ -1,0 +1,239 @@
+"""The one results schema: long format, one row per measured value.
+
+Every experiment, every rank, every repetition writes rows of the same shape::
+
+    run_id suite experiment variant task_id repetition params node rank world_size
+    metric value unit step time labels text
+
+* ``params`` is the task's full resolved parameter set as JSON, so any row can be
+  traced back to the exact configuration that produced it.
+* ``labels`` is JSON for the dimensions *inside* a task (collective op, message
+  size, process group...). The aggregator expands them into columns.
+* ``value`` is a float in ``unit`` (units are explicit: ``GB/s`` means 1e9 B/s);
+  ``text`` carries non-numeric facts (a version string) or the reason a value is
+  absent ("not applicable: ..."), in which case ``value`` is NaN. Nothing is
+  ever faked to fill a number.
+* Raw samples are kept (one row per iteration); statistics are the aggregator's job.
+
+Each writer owns one Parquet file and writes it atomically (temporary file in the
+same directory, fsync, rename), so parallel tasks and ranks never clobber each other
+and a killed writer leaves no half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hpcbench.core.errors import ResultsError
+
+SCHEMA_VERSION = "1"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("suite", pa.string(), nullable=False),
+        pa.field("experiment", pa.string(), nullable=False),
+        pa.field("variant", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("repetition", pa.int32(), nullable=False),
+        pa.field("params", pa.string(), nullable=False),
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("world_size", pa.int32(), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=True),
+        pa.field("unit", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("labels", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=True),
+    ],
+    metadata={"hpcbench.schema_version": SCHEMA_VERSION},
+)
+COLUMNS = SCHEMA.names
+RECORDS_SUBDIR = "records"
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    """Who wrote a row: the identity columns shared by all rows of one writer."""
+
+    run_id: str = "interactive"
+    suite: str = ""
+    experiment: str = ""
+    variant: str = "default"
+    task_id: str = ""
+    repetition: int = 0
+    params: Mapping[str, Any] = field(default_factory=dict)
+    node: str = field(default_factory=socket.gethostname)
+    rank: int = 0
+    world_size: int = 1
+
+    def for_rank(self, *, node: str, rank: int, world_size: int) -> "RecordContext":
+        return replace(self, node=node, rank=rank, world_size=world_size)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["params"] = dict(self.params)
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RecordContext":
+        return cls(**json.loads(text))
+
+
+class RecordWriter:
+    """Collects rows in memory and writes them to one Parquet file on ``close()``.
+
+    Use as a context manager; rows added before an exception are still written
+    (a partial run is better evidence than none), and the file appears only
+    once complete.
+    """
+
+    def __init__(self, path: str | os.PathLike, context: RecordContext):
+        self.path = Path(path)
+        self.context = context
+        self._rows: list[dict[str, Any]] = []
+        self._params_json = json.dumps(dict(context.params), sort_keys=True, default=str)
+        self.closed = False
+
+    def add(self, metric: str, value: float | None, unit: str, *, step: int = 0,
+            labels: Mapping[str, Any] | None = None, text: str | None = None,
+            when: float | None = None) -> None:
+        """Add one measured value (``value=None`` with a ``text`` for absent values)."""
+        if self.closed:
+            raise ResultsError("writer is closed", path=str(self.path))
+        if value is not None and not isinstance(value, (int, float)):
+            raise TypeError(f"metric {metric!r}: value must be a number, got {type(value).__name__}")
+        self._rows.append({
+            "metric": metric,
+            "value": float("nan") if value is None else float(value),
+            "unit": unit,
+            "step": int(step),
+            "time": pd.Timestamp(when if when is not None else time.time(), unit="s", tz="UTC"),
+            "labels": json.dumps(dict(labels or {}), sort_keys=True, default=str),
+            "text": text,
+        })
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def close(self) -> Path:
+        """Write the file atomically and return its path."""
+        if self.closed:
+            return self.path
+        self.closed = True
+        ctx = self.context
+        n = len(self._rows)
+        base = {
+            "run_id": ctx.run_id, "suite": ctx.suite, "experiment": ctx.experiment,
+            "variant": ctx.variant, "task_id": ctx.task_id, "repetition": ctx.repetition,
+            "params": self._params_json, "node": ctx.node, "rank": ctx.rank,
+            "world_size": ctx.world_size,
+        }
+        columns = {name: [base[name]] * n for name in base}
+        for name in ("metric", "value", "unit", "step", "time", "labels", "text"):
+            columns[name] = [row[name] for row in self._rows]
+        table = pa.Table.from_pydict(columns, schema=SCHEMA)
+        write_table_atomic(table, self.path)
+        return self.path
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_table_atomic(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` via a temp file in the same directory + rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp",
+                               dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pq.write_table(table, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_records(path: str | os.PathLike) -> pd.DataFrame:
+    """Read one records file and check it follows the schema.
+
+    Raises:
+        ResultsError: naming the file when it is not Parquet, is truncated, or
+            lacks schema columns (a foreign file).
+    """
+    path = Path(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ResultsError(f"not a readable Parquet file ({exc})", path=str(path)) from None
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise ResultsError(f"not an hpcbench records file: missing columns {missing}", path=str(path))
+    try:
+        table = table.select(COLUMNS).cast(SCHEMA)
+    except (pa.ArrowException, ValueError) as exc:
+        raise ResultsError(f"columns have the wrong types ({exc})", path=str(path)) from None
+    return table.to_pandas()
+
+
+def find_record_files(root: str | os.PathLike) -> list[Path]:
+    """All ``*.parquet`` files below ``root`` (temporary files are skipped)."""
+    root = Path(root)
+    return sorted(p for p in root.rglob("*.parquet") if not p.name.startswith("."))
+
+
+def empty_frame() -> pd.DataFrame:
+    return SCHEMA.empty_table().to_pandas()
+
+
+def is_missing(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def iter_labels(frame: pd.DataFrame) -> Iterable[dict[str, Any]]:
+    return (json.loads(s) for s in frame["labels"])
+
+
+def expand_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with one column per label key (a key that clashes becomes ``label.KEY``)."""
+    frame = frame.reset_index(drop=True)
+    parsed = []
+    for text in frame["labels"]:
+        try:
+            value = json.loads(text)
+        except (TypeError, json.JSONDecodeError):
+            value = {}
+        parsed.append(value if isinstance(value, dict) else {})
+    labels = pd.DataFrame(parsed, index=frame.index)
+    labels.columns = [f"label.{c}" if c in frame.columns else str(c) for c in labels.columns]
+    out = pd.concat([frame, labels], axis=1)
+    out.attrs["label_keys"] = list(labels.columns)
+    return out
+
+
+def label_keys(frame: pd.DataFrame) -> list[str]:
+    """The label columns :func:`expand_labels` added to ``frame``."""
+    return list(frame.attrs.get("label_keys", []))

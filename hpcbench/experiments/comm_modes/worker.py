@@ -1,0 +1,174 @@
+"""The ``comm_modes`` experiment on one rank (T-comm: C3, C17).
+
+:func:`run_worker`: per model, mode (:mod:`hpcbench.parallel.modes`) and bucket size it
+checks that one step's gradients equal plain DDP's, then times training steps with the
+mode's communication and, side by side (interleaved), the same step with a no-op
+communication hook: communication share = 1 - t(no-op) / t(mode).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Callable
+
+from hpcbench.core.results import RecordWriter
+from hpcbench.dist.topology import Topology
+from hpcbench.experiments.comm_modes.config import CommModesConfig
+from hpcbench.models import MODELS, ModelSpec
+from hpcbench.parallel.hooks import BucketLog, HierarchicalState
+from hpcbench.parallel.modes import MODES, ModeNotApplicable, parallelize
+
+#: Gradient agreement with plain DDP (fp32; only the summation order differs).
+GRAD_RTOL, GRAD_ATOL = 1e-5, 1e-6
+
+
+# -- the experiment -------------------------------------------------------------------
+
+
+def _sync(device: Any) -> Callable[[], None]:
+    import torch
+
+    return torch.cuda.synchronize if getattr(device, "type", "cpu") == "cuda" else (lambda: None)
+
+
+def _grads(model: Any) -> list[Any]:
+    return [p.grad.detach().clone() if p.grad is not None else None for p in model.parameters()]
+
+
+def _one_step_gradients(model: Any, spec: ModelSpec, batch: tuple[Any, Any]) -> list[Any]:
+    x, y = batch
+    model.zero_grad(set_to_none=True)
+    spec.loss(model(x), y).backward()
+    grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def compare_gradients(got: list[Any], want: list[Any]) -> tuple[float, bool]:
+    """(largest absolute difference, all close within GRAD_RTOL/GRAD_ATOL) of two gradient lists."""
+    import torch
+
+    worst, ok = 0.0, len(got) == len(want)
+    for g, w in zip(got, want):
+        if g is None or w is None:
+            ok = ok and g is None and w is None
+            continue
+        g = g.to(w.device)
+        worst = max(worst, float((g - w).abs().max()))
+        ok = ok and bool(torch.allclose(g, w, rtol=GRAD_RTOL, atol=GRAD_ATOL))
+    return worst, ok
+
+
+def _timed_step(model: Any, opt: Any, spec: ModelSpec, batch: tuple[Any, Any], sync: Callable[[], None]) -> float:
+    x, y = batch
+    sync()
+    t0 = time.perf_counter()
+    loss = spec.loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    sync()
+    return time.perf_counter() - t0
+
+
+def run_worker(cfg: CommModesConfig, topo: Topology, writer: RecordWriter) -> None:
+    """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
+    import torch
+    import torch.distributed as dist
+
+    from hpcbench.dist.worker import progress
+
+    if topo.world_size != cfg.nodes * cfg.ranks_per_node:
+        raise RuntimeError(f"launched {topo.describe()}, config asks for {cfg.nodes} x {cfg.ranks_per_node}")
+    backend = dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    sync = _sync(device)
+    lead = topo.rank == 0
+    if lead:
+        writer.add("topology", None, "", text=topo.describe(),
+                   labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
+    state = None
+    if any(MODES.get(m).uses_groups for m in cfg.modes):
+        state = HierarchicalState.from_topology(topo)
+
+    for model_name in cfg.models:
+        spec = MODELS.get(model_name)
+        torch.manual_seed(cfg.seed)
+        base = spec.build().to(device)
+        batch = spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed * 100003 + topo.rank,
+                                     image_size=cfg.image_size, seq_len=cfg.seq_len)
+        items = cfg.batch_size * spec.items_per_sample(seq_len=cfg.seq_len)
+        reference = None
+        if cfg.check:
+            reference = _one_step_gradients(parallelize(copy.deepcopy(base), "ddp", topo), spec, batch)
+        for mode in cfg.modes:
+            for bucket in cfg.bucket_cap_mb:
+                labels = {"model": model_name, "mode": mode, "bucket_cap_mb": bucket, "device": device.type,
+                          "emulated": topo.emulated, "nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node}
+                try:
+                    model = parallelize(copy.deepcopy(base), mode, topo, bucket_cap_mb=bucket, device=device,
+                                        state=state)
+                except ModeNotApplicable as exc:
+                    if lead:
+                        for metric, unit in (("throughput", spec.throughput_unit), ("step_time", "s"),
+                                             ("comm_share", "fraction"), ("grad_match", "bool")):
+                            writer.add(metric, None, unit, labels=labels, text=f"not applicable: {exc.reason}")
+                    progress(f"{model_name} / {mode}: not applicable")
+                    continue
+                runs = [("mode", model)]
+                buckets = BucketLog()
+                if cfg.measure_noop:
+                    runs.append(("noop", parallelize(copy.deepcopy(base), mode, topo, bucket_cap_mb=bucket,
+                                                     device=device, state=state, comm="noop",
+                                                     bucket_log=buckets)))
+                if reference is not None:
+                    diff, ok = compare_gradients(_one_step_gradients(model, spec, batch), reference)
+                    verdict = torch.tensor([diff, 1.0 if ok else 0.0], dtype=torch.float64, device=device)
+                    dist.all_reduce(verdict[:1], op=dist.ReduceOp.MAX)
+                    dist.all_reduce(verdict[1:], op=dist.ReduceOp.MIN)
+                    if lead:
+                        writer.add("grad_max_abs_diff", float(verdict[0]), "", labels=labels)
+                        writer.add("grad_match", float(verdict[1]), "bool", labels=labels,
+                                   text=f"rtol={GRAD_RTOL}, atol={GRAD_ATOL} against plain DDP")
+                opts = {kind: torch.optim.SGD(m.parameters(), lr=1e-4) for kind, m in runs}
+                times: dict[str, list[float]] = {kind: [] for kind, _ in runs}
+                for i in range(cfg.warmup_steps + cfg.steps):
+                    for kind, m in runs:  # interleaved: both see the same machine state
+                        dist.barrier()
+                        t = _timed_step(m, opts[kind], spec, batch, sync)
+                        if i >= cfg.warmup_steps:
+                            times[kind].append(t)
+                layout = buckets.layout()
+                # A step lasts as long as its slowest rank: one reduction after the loop.
+                flat = torch.tensor([t for kind, _ in runs for t in times[kind]], dtype=torch.float64, device=device)
+                dist.all_reduce(flat, op=dist.ReduceOp.MAX)
+                flat = flat.cpu().tolist()
+                slow = {kind: flat[j * cfg.steps:(j + 1) * cfg.steps] for j, (kind, _) in enumerate(runs)}
+                progress(f"{model_name} / {mode} / bucket {bucket:g} MiB: step p50 "
+                         f"{sorted(slow['mode'])[len(slow['mode']) // 2] * 1e3:.1f} ms")
+                if not lead:
+                    continue
+                if layout:
+                    writer.add("bucket_count", len(layout), "", labels=labels,
+                               text="bucket bytes in reduction order: " + ",".join(map(str, layout)))
+                    writer.add("first_bucket_bytes", layout[0], "B", labels=labels)
+                for step in range(cfg.steps):
+                    t_mode = slow["mode"][step]
+                    writer.add("step_time", t_mode, "s", step=step, labels={**labels, "comm": "mode"})
+                    writer.add("throughput", items / t_mode, spec.throughput_unit, step=step,
+                               labels={**labels, "scope": "rank"})
+                    writer.add("throughput", topo.world_size * items / t_mode, spec.throughput_unit, step=step,
+                               labels={**labels, "scope": "total"})
+                    if "noop" in slow:
+                        t_noop = slow["noop"][step]
+                        writer.add("step_time", t_noop, "s", step=step, labels={**labels, "comm": "noop"})
+                        writer.add("comm_time", t_mode - t_noop, "s", step=step, labels=labels)
+                        writer.add("comm_share", 1.0 - t_noop / t_mode, "fraction", step=step, labels=labels)
+                del runs, model, opts
+        del base
+
+
+# -- reading the records back -----------------------------------------------------------
+
+

@@ -1,0 +1,61 @@
+"""Parameters of the ``io_formats`` experiment (``notebooks/03_io_formats.ipynb``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcbench.core.config import ByteSize, Config, param
+
+FORMATS = ("files", "hdf5", "tfrecord", "tar")
+
+
+VERIFY_MODES = ("sha256", "size", "none")
+
+
+@dataclass
+class IoFormatsConfig(Config):
+    """Parameters of ``03_io_formats``; the notebook's parameters cell mirrors them."""
+
+    dataset: str = param("", "an image folder made by data_prep/make_images.py; empty: generate one "
+                             "under the task's output folder")
+    images: int = param(256, "images to generate when dataset is empty (the benchmark uses 2000)", min=8)
+    classes: int = param(8, "classes of the generated images", min=1, max=100000)
+    mean_image_kb: float = param(110.0, "mean JPEG size of the generated images; ImageNet's is ~110 KB", min=1)
+    formats: list[str] = param(list(FORMATS), "formats to compare; 'files' is the small-file baseline",
+                               choices=FORMATS)
+    shard_size: ByteSize = param(ByteSize(8 << 20), "target shard size; 64M-1G on a parallel file system",
+                                 min=4096)
+    workers: list[int] = param([0, 2], "DataLoader num_workers values to sweep", min=0, max=256)
+    prefetch_factors: list[int] = param([1, 2, 4], "DataLoader prefetch_factor values (batches in flight per "
+                                                   "worker) swept when workers > 0; 1 = the guide's buffer of "
+                                                   "num_workers x batch_size samples", min=1, max=64)
+    batch_size: int = param(16, "samples per batch", min=1, max=65536)
+    worker_batching: bool = param(True, "each reader process (DataLoader worker) reads and collates whole batches, "
+                                        "raw bytes packed into one shared-memory tensor, and the DataLoader runs "
+                                        "with batch_size=None (WebDataset's .batched, tf.data's batch before "
+                                        "prefetch); false: the DataLoader batches single samples")
+    epochs: int = param(1, "measured epochs per setting, each with a cold page cache", min=1, max=1000)
+    compute_ms: float = param(20.0, "emulated accelerator compute per batch, in ms (DLIO-style)", min=0)
+    image_size: int = param(128, "decoded images are resized to this square size; 0 keeps their size",
+                            min=0, max=8192)
+    decode: bool = param(True, "decode JPEGs to tensors (torchvision); false measures storage alone")
+    verify: str = param("sha256", "shard check on open: sha256 (resilient, reads each shard whole), size, none",
+                        choices=VERIFY_MODES)
+    cold_cache: bool = param(True, "evict the data set's files from the page cache before every measured epoch")
+    device_prefetch: bool = param(True, "feed the step through the device prefetcher (CUDA side stream on GPU, "
+                                        "a background thread on CPU)")
+    stage: bool = param(True, "measure node-local staging and a cold epoch read from the staged copy")
+    stage_dir: str = param("", "node-local folder to stage into; empty: $SLURM_TMPDIR, a BeeOND mount, "
+                               "$TMPDIR or /tmp")
+    corrupt_shards: int = param(1, "shards of the staged copy corrupted before a resilience epoch; 0 skips it",
+                                min=0, max=1000)
+    keep_data: bool = param(False, "keep the generated, converted and staged data after the run")
+    seed: int = param(0, "seed of the generated images and of shuffling")
+
+    def validate(self) -> None:
+        if not self.formats:
+            raise self._error("formats", f"is empty; allowed: {list(FORMATS)}")
+        if not self.workers:
+            raise self._error("workers", "is empty; give at least one num_workers value")
+        if not self.prefetch_factors:
+            raise self._error("prefetch_factors", "is empty; 1 is the guide's buffer")

@@ -1,0 +1,1 @@
+"""Data parallelism: communication modes (:mod:`modes`) and DDP communication hooks (:mod:`hooks`)."""

@@ -1,0 +1,233 @@
+"""Presenters turn one experiment's statistics into report sections.
+
+A presenter is registered under its experiment's name in :data:`PRESENTERS`; an
+experiment without one gets :func:`present_stats`, the generic statistics table.
+Presenters build :class:`Table` and :class:`Figure` objects holding plain strings;
+the template escapes every one of them, so nothing here writes HTML.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+
+from hpcbench.core.results import label_keys
+
+# -- the document model ----------------------------------------------------------
+
+@dataclass
+class Cell:
+    """One table cell; ``parts`` (cells shown one per line) replaces ``text`` when given."""
+
+    text: str = ""
+    cls: str = ""
+    href: str | None = None
+    parts: tuple["Cell", ...] = ()
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[Cell]]
+    caption: str = ""
+    id: str | None = None
+    #: An optional header row above ``columns``: (text, colspan) pairs.
+    groups: list[tuple[str, int]] | None = None
+    #: Per-row CSS class ("fail" paints a row red).
+    row_classes: list[str] | None = None
+    #: Shown folded (<details>) when long and secondary.
+    collapsed: bool = False
+
+
+@dataclass
+class Figure:
+    title: str
+    png_base64: str
+    alt: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[Cell] = field(default_factory=list)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = slug(self.title)
+
+
+@dataclass
+class ExperimentData:
+    """What a presenter receives: one experiment, all sources."""
+
+    experiment: str
+    sources: list[str]          # source labels, in report order
+    stats: pd.DataFrame         # aggregate stats with the label keys as columns
+    text: pd.DataFrame          # text rows with the label keys as columns
+    raw: pd.DataFrame | None    # raw rows (schema + source) when the presenter asked for them
+    summaries: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Every launch's summary (the experiment's ``summarize``) with a ``source`` column."""
+
+
+# -- formatting ------------------------------------------------------------------
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "section"
+
+
+def fmt_number(value: object, digits: int = 4) -> str:
+    """Numbers with ``digits`` significant digits; NaN/None as an en dash."""
+    if value is None:
+        return "–"
+    if isinstance(value, (int,)) and not isinstance(value, bool):
+        return str(value)
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(x):
+        return "–"
+    if x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def label_text(labels: str) -> str:
+    try:
+        data = json.loads(labels)
+    except (TypeError, json.JSONDecodeError):
+        return str(labels)
+    if not isinstance(data, dict) or not data:
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in data.items())
+
+
+def png_of(fig) -> str:
+    """A matplotlib Figure as base64 PNG, drawn with the Agg canvas (no pyplot state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def ordered(values: Sequence, order: Sequence | None = None) -> list:
+    seen = list(dict.fromkeys(values))
+    if order:
+        return [v for v in order if v in seen] + sorted((v for v in seen if v not in order), key=str)
+    return sorted(seen, key=str)
+
+
+# -- the generic presenter -------------------------------------------------------
+
+def stats_table(stats: pd.DataFrame, sources: Sequence[str], *, caption: str = "",
+                collapsed: bool = False) -> Table:
+    """Every series with its statistics, one row each."""
+    keys = label_keys(stats)
+    columns = ["source", "variant", "metric", "unit", *keys, "n", "mean", "p50", "p99", "std",
+               "min", "max", "repetitions", "spread over repetitions (%)"]
+    order = {s: i for i, s in enumerate(sources)}
+    frame = stats.assign(_o=stats["source"].map(order)).sort_values(
+        ["_o", "variant", "metric", *keys], kind="stable") if len(stats) else stats
+    rows = []
+    for rec in frame.to_dict("records"):
+        rows.append([Cell(str(rec["source"])), Cell(str(rec["variant"])), Cell(str(rec["metric"])),
+                     Cell(str(rec["unit"])), *(Cell(fmt_number(rec.get(k))) for k in keys),
+                     *(Cell(fmt_number(rec[c])) for c in ("n", "mean", "p50", "p99", "std", "min",
+                                                           "max", "repetitions", "spread_pct"))])
+    return Table(columns=columns, rows=rows, caption=caption, collapsed=collapsed)
+
+
+def text_table(text: pd.DataFrame, *, caption: str = "Text records") -> Table | None:
+    """Text rows (values that are facts or reasons, not numbers), duplicates folded."""
+    if not len(text):
+        return None
+    frame = text.assign(labels_text=text["labels"].map(label_text))
+    grouped = (frame.groupby(["source", "variant", "metric", "labels_text", "text"], sort=True, dropna=False)
+               ["node"].agg(lambda s: ", ".join(sorted(set(map(str, s))))).reset_index())
+    rows = [[Cell(str(r["source"])), Cell(str(r["variant"])), Cell(str(r["metric"])),
+             Cell(str(r["labels_text"])), Cell(str(r["text"])), Cell(str(r["node"]))]
+            for r in grouped.to_dict("records")]
+    return Table(columns=["source", "variant", "metric", "labels", "text", "nodes"], rows=rows,
+                 caption=caption)
+
+
+def present_stats(data: ExperimentData) -> list[Section]:
+    section = Section(title=f"Experiment: {data.experiment}", id=f"exp-{slug(data.experiment)}")
+    if len(data.stats):
+        section.tables.append(stats_table(data.stats, data.sources, caption="Statistics over raw samples"))
+    table = text_table(data.text)
+    if table is not None:
+        section.tables.append(table)
+    if not section.tables:
+        section.notes.append(Cell("no records"))
+    return [section]
+
+
+# -- collectives -----------------------------------------------------------------
+
+
+def check_note(section: Section, checks: pd.DataFrame, *, fail: str, ok: str) -> None:
+    """A red note when any series of a pass/fail check (1/0 values) has a 0, a green one when all pass."""
+    if len(checks) and (checks["min"] < 1).any():
+        section.notes.append(Cell(fail, "fail"))
+    elif len(checks):
+        section.notes.append(Cell(ok, "ok"))
+
+
+def rank_in(value: str, order: Sequence[str]) -> tuple[int, str]:
+    return (order.index(value) if value in order else len(order), str(value))
+
+
+def lookup(frame: pd.DataFrame, key: tuple, column: str) -> float:
+    try:
+        value = frame.loc[key, column]
+    except KeyError:
+        return math.nan
+    if isinstance(value, pd.Series):  # duplicates (several units): take the first
+        value = value.iloc[0]
+    return float(value)
+
+
+# -- environment -----------------------------------------------------------------
+
+
+# -- io_formats ------------------------------------------------------------------
+
+
+# -- comm_modes ------------------------------------------------------------------
+
+
+def source_variants(stats: pd.DataFrame, sources: Sequence[str]) -> list[tuple[str, str]]:
+    return [(s, v) for s in sources for v in ordered(stats.loc[stats["source"] == s, "variant"])]
+
+
+def pick(stats: pd.DataFrame, metric: str, **where: object) -> pd.DataFrame:
+    sel = stats[stats["metric"] == metric]
+    for col, val in where.items():
+        sel = sel[sel[col] == val] if col in sel.columns else sel.iloc[0:0]
+    return sel
+
+
+# -- batch_scaling ---------------------------------------------------------------
+
+
+def page_template(name: str):
+    """A page template of this package (``template.html``, ``publish_index.html``; both extend
+    ``page.html``), with autoescape on: every value is escaped, nothing is marked safe."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("hpcbench.report", "."), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template(name)

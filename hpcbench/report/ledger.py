@@ -1,0 +1,294 @@
+"""The claims ledger: every claim of the guide (C1-C17), what was measured, and the verdict.
+
+Claims link one way: an experiment's SPEC names the claim ids it rules on
+(:attr:`hpcbench.experiments.Experiment.rules`); a claim no SPEC rules on is *not
+measured yet*. Evaluating a claim:
+
+1. **Launches.** The records are split into launches (one task of one run: ``run_id``,
+   ``task_id``). A launch whose task did not finish (its ``status.json`` says failed,
+   pending or running) never counts, and is named in the row's detail.
+2. **Summaries.** Each counted launch of the owning experiment is summarised once by the
+   experiment's ``summarize`` (the same frame the notebook and the report show); rows of a
+   summary whose correctness check failed (``ok`` False) are dropped and named.
+3. **Facts.** Each launch's ``fact.*`` records (:mod:`hpcbench.system.facts`), its
+   workers' ``backend`` and its ``storage.filesystem`` become columns of
+   :attr:`Evidence.launches`, for applicability.
+4. **Rule.** The rule returns a :class:`Judgement` built with the standard of
+   :mod:`hpcbench.report.verdict`; a rule that raises gives "inconclusive" with the error,
+   so one broken rule never takes the ledger down.
+
+Light on purpose: pandas and numpy, no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import pandas as pd
+
+from hpcbench.guide.claims import CLAIMS, Claim, get_claim
+from hpcbench.report.verdict import Outcome
+
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "context", "not measured yet")
+NOT_MEASURED = "not measured yet"
+CONTEXT = "context"
+NO_VALUE = "—"  # what "measured" shows when nothing was measured
+LAUNCH_KEYS = ["run_id", "task_id"]
+#: Columns every launch carries besides its facts.
+LAUNCH_COLUMNS = ["run_id", "task_id", "experiment", "variant", "repetition", "params"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a rule decides: the verdict, what was measured (with intervals), and how."""
+
+    verdict: str
+    measured: str
+    detail: str
+    outcomes: tuple[Outcome, ...] = ()
+    """The comparisons behind the verdict, each with its interval and reference band (drawn in the report)."""
+    labels: tuple[str, ...] = ()
+    """One short name per outcome (e.g. ``"hdf5 / files"``)."""
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One line of the ledger: a claim, what was measured, and the verdict."""
+
+    claim_id: str
+    section: str
+    wording: str
+    claimed: str
+    """The guide's figures joined as readable text."""
+    measured: str
+    """What was measured here, with units and intervals, or ``"—"``."""
+    predicted: str
+    """What the guide's figures predict at its scale."""
+    verdict: str
+    """One of :data:`VERDICTS`."""
+    detail: str
+    """How the verdict was reached: comparison, reference, applicability, what was excluded."""
+    experiment: str | None
+    outcomes: tuple[Outcome, ...] = ()
+    labels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # An invariant of this module, not a user error: rules must use VERDICTS.
+        assert self.verdict in VERDICTS, f"{self.claim_id}: verdict {self.verdict!r} not in {VERDICTS}"
+
+
+@dataclass
+class Evidence:
+    """What a rule sees: the counted launches of its experiment, summarised, with their facts."""
+
+    experiment: str
+    summaries: pd.DataFrame
+    """Every counted launch's summary rows, with :data:`LAUNCH_COLUMNS` prepended."""
+    launches: pd.DataFrame
+    """One row per counted launch: :data:`LAUNCH_COLUMNS` plus one column per fact."""
+    records: pd.DataFrame
+    """The raw records of every counted launch (all experiments: rules may read context)."""
+    excluded: list[str] = field(default_factory=list)
+    """Launches or series that do not count, and why."""
+
+    def excluded_note(self) -> str:
+        if not self.excluded:
+            return ""
+        more = f"; +{len(self.excluded) - 3} more" if len(self.excluded) > 3 else ""
+        return f" Not counted: {'; '.join(self.excluded[:3])}{more}."
+
+
+Rule = Callable[[Claim, Evidence], Judgement]
+
+
+def row_of(claim: Claim, judgement: Judgement, experiment: str | None) -> LedgerRow:
+    """The ledger row of ``claim`` (the claim's own fields are copied, never retyped)."""
+    return LedgerRow(claim_id=claim.id, section=claim.section, wording=claim.wording, claimed=claim.claimed(),
+                     measured=judgement.measured, predicted=claim.predicted, verdict=judgement.verdict,
+                     detail=judgement.detail, experiment=experiment, outcomes=judgement.outcomes,
+                     labels=judgement.labels)
+
+
+# -- launches, summaries, facts ---------------------------------------------------------
+
+def launch_params(params: str) -> dict[str, Any]:
+    """A launch's parameters (the records' ``params`` JSON); {} when unreadable."""
+    try:
+        value = json.loads(params)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def facts_of(records: pd.DataFrame) -> dict[str, Any]:
+    """One launch's facts: ``fact.*`` rows, its workers' ``backend``, its ``storage.filesystem``."""
+    facts: dict[str, Any] = {}
+    if records.empty:
+        return facts
+    wanted = records["metric"].str.startswith("fact.") | records["metric"].isin(["backend", "storage.filesystem"])
+    for row in records[wanted].itertuples(index=False):
+        name = row.metric[5:] if row.metric.startswith("fact.") else row.metric
+        if name in facts:
+            continue
+        text = row.text if isinstance(row.text, str) and row.text else None
+        facts[name] = text if text is not None else (None if pd.isna(row.value) else float(row.value))
+    return facts
+
+
+def split_launches(records: pd.DataFrame) -> Iterable[tuple[tuple[str, str], pd.DataFrame]]:
+    """(run_id, task_id) -> that launch's records."""
+    if records.empty:
+        return []
+    return records.groupby(LAUNCH_KEYS, sort=True)
+
+
+def summarize_launches(records: pd.DataFrame, summarize: Callable[[pd.DataFrame], pd.DataFrame],
+                       experiment: str) -> pd.DataFrame:
+    """Every launch of ``experiment`` summarised once, with :data:`LAUNCH_COLUMNS` in front."""
+    frames = []
+    mine = records[records["experiment"] == experiment] if not records.empty else records
+    for (run_id, task_id), rows in split_launches(mine):
+        summary = summarize(rows)
+        if summary is None or summary.empty:
+            continue
+        first = rows.iloc[0]
+        front = {"run_id": run_id, "task_id": task_id, "experiment": experiment, "variant": first["variant"],
+                 "repetition": int(first["repetition"]), "params": first["params"]}
+        summary = summary.copy()
+        for i, (name, value) in enumerate(front.items()):
+            if name in summary.columns:
+                summary = summary.drop(columns=name)
+            summary.insert(i, name, value)
+        frames.append(summary)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=LAUNCH_COLUMNS)
+
+
+def counted_records(records: pd.DataFrame, statuses: Mapping[tuple[str, str], str] | None
+                    ) -> tuple[pd.DataFrame, list[str]]:
+    """The records of launches whose task is done; the others named with their state.
+
+    Args:
+        statuses: (run_id, task_id) -> state from the run dirs' ``status.json``; ``None``
+            when the records have no run dir (a notebook judging its own records).
+    """
+    if statuses is None or records.empty:
+        return records, []
+    keys = list(zip(records["run_id"], records["task_id"]))
+    state = pd.Series([statuses.get(k, "unknown") for k in keys], index=records.index)
+    dropped = sorted({f"{task} of {run}: task {s}" for (run, task), s in zip(keys, state) if s != "done"})
+    return records[state == "done"], dropped
+
+
+def evidence_for(experiment: str, records: pd.DataFrame, *,
+                 statuses: Mapping[tuple[str, str], str] | None = None,
+                 summaries: pd.DataFrame | None = None) -> Evidence:
+    """Launches, summaries and facts of ``experiment`` in ``records`` (see the module docstring)."""
+    from hpcbench.experiments import EXPERIMENTS
+
+    spec = EXPERIMENTS.get(experiment)
+    counted, excluded = counted_records(records, statuses)
+    if summaries is None:
+        summaries = (summarize_launches(counted, spec.summarize, experiment) if spec.summarize
+                     else pd.DataFrame(columns=LAUNCH_COLUMNS))
+    elif statuses is not None and not summaries.empty:
+        done = {(r, t) for r, t in zip(counted["run_id"], counted["task_id"])}
+        summaries = summaries[[(r, t) in done for r, t in zip(summaries["run_id"], summaries["task_id"])]]
+    if "ok" in summaries.columns and len(summaries):
+        bad = summaries[summaries["ok"] == False]  # noqa: E712 - NaN (no check) must not count as failed
+        for row in bad.itertuples(index=False):
+            why = getattr(row, "problem", "") or "its correctness check failed"
+            excluded.append(f"{row.task_id} of {row.run_id}: {why}")
+        summaries = summaries[summaries["ok"] != False]  # noqa: E712
+    launches = []
+    mine = counted[counted["experiment"] == experiment] if not counted.empty else counted
+    for (run_id, task_id), rows in split_launches(mine):
+        first = rows.iloc[0]
+        launches.append({"run_id": run_id, "task_id": task_id, "experiment": experiment,
+                         "variant": first["variant"], "repetition": int(first["repetition"]),
+                         "params": first["params"], **facts_of(rows)})
+    return Evidence(experiment=experiment, summaries=summaries.reset_index(drop=True),
+                    launches=pd.DataFrame(launches, columns=None if launches else LAUNCH_COLUMNS),
+                    records=counted, excluded=excluded)
+
+
+def select(frame: pd.DataFrame, where: Mapping[str, Any]) -> pd.DataFrame:
+    """Rows of ``frame`` whose columns equal ``where``'s values (floats compared with a tolerance)."""
+    mask = pd.Series(True, index=frame.index)
+    for column, value in where.items():
+        if column not in frame.columns:
+            return frame.iloc[0:0]
+        col = frame[column]
+        if isinstance(value, float):
+            mask &= (pd.to_numeric(col, errors="coerce") - value).abs() <= 1e-9 * max(1.0, abs(value))
+        else:
+            mask &= col == value
+    return frame[mask]
+
+
+def paired_samples(summaries: pd.DataFrame, numerator: Mapping[str, Any], denominator: Mapping[str, Any], *,
+                   match: Iterable[str] = LAUNCH_KEYS, samples: str = "samples"
+                   ) -> tuple[list[list[float]], list[list[float]], list[tuple]]:
+    """Step samples of two series, paired launch by launch.
+
+    Args:
+        numerator, denominator: column values selecting each series' summary rows.
+        match: the columns that pair a numerator launch with a denominator launch (the same
+            launch by default; ``("run_id", "repetition")`` pairs variants of one repetition).
+        samples: the summary column holding a launch's per-step values.
+
+    Returns:
+        (numerator samples per launch, denominator samples per launch, the matched keys);
+        launches that have only one of the two series are left out.
+    """
+    match = list(match)
+    num = {tuple(r[k] for k in match): list(r[samples]) for _, r in select(summaries, numerator).iterrows()}
+    den = {tuple(r[k] for k in match): list(r[samples]) for _, r in select(summaries, denominator).iterrows()}
+    keys = sorted(set(num) & set(den), key=str)
+    return [num[k] for k in keys], [den[k] for k in keys], keys
+
+
+# -- the ledger ----------------------------------------------------------------------------
+
+def _not_measured(claim: Claim, owner: str | None, why: str) -> LedgerRow:
+    return row_of(claim, Judgement(NOT_MEASURED, NO_VALUE, why), owner)
+
+
+def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
+                   statuses: Mapping[tuple[str, str], str] | None = None,
+                   summaries: Mapping[str, pd.DataFrame] | None = None) -> LedgerRow:
+    """The ledger row of one claim.
+
+    Args:
+        claim: a :class:`Claim` or its id.
+        records: rows of the one results schema (any experiments, possibly empty).
+        statuses: task states by (run_id, task_id); launches not "done" do not count.
+        summaries: per-experiment summaries already computed (the report computes them on
+            its dask workers); computed here from ``records`` when absent.
+    """
+    from hpcbench.experiments import EXPERIMENTS, rule_owners
+
+    claim = get_claim(claim) if isinstance(claim, str) else claim
+    owners = rule_owners().get(claim.id, [])
+    if not owners:
+        return _not_measured(claim, None, "No hpcbench experiment rules on this claim yet.")
+    owner = owners[0]
+    present = not records.empty and (records["experiment"] == owner).any()
+    if not present:
+        return _not_measured(claim, owner, f"No records of experiment '{owner}'; running it would measure "
+                                           f"this claim.")
+    try:
+        evidence = evidence_for(owner, records, statuses=statuses,
+                                summaries=(summaries or {}).get(owner))
+        judgement = EXPERIMENTS.get(owner).rules[claim.id](claim, evidence)
+    except Exception as exc:  # noqa: BLE001 - one broken rule must not take the ledger down
+        judgement = Judgement("inconclusive", NO_VALUE,
+                              f"The rule of {owner} failed ({type(exc).__name__}: {exc}), so no verdict.")
+    return row_of(claim, judgement, owner)
+
+
+def evaluate_claims(records: pd.DataFrame, *, statuses: Mapping[tuple[str, str], str] | None = None,
+                    summaries: Mapping[str, pd.DataFrame] | None = None) -> list[LedgerRow]:
+    """One ledger row per claim, C1..C17, in claim order (see :func:`evaluate_claim`)."""
+    return [evaluate_claim(claim, records, statuses=statuses, summaries=summaries) for claim in CLAIMS]

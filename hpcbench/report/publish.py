@@ -1,0 +1,329 @@
+"""Publish report folders into one static site, with an index page of every publication.
+
+    hpcbench report results/run-a --out reports/run-a   # index.html + report.json
+    hpcbench publish reports/run-a --to site/            # site/run-a-2025-01-02/ + site/index.html
+
+A report folder carries ``report.json`` next to its ``index.html`` (written by
+:func:`hpcbench.report.html.build_report` through :func:`report_manifest`): the title, when
+it was generated, its runs (suite and host from each ``run.json``) and its verdict counts.
+This module owns that file's shape on both sides, so writer and reader cannot drift apart.
+
+Publishing copies the folder to ``SITE_DIR/<folder name>-<date>[-k]/``, never over an earlier
+publication (a link once shared keeps showing what it showed), appends one entry to
+``SITE_DIR/publications.json`` and regenerates ``SITE_DIR/index.html`` from that data alone:
+the page is never parsed, so a changed page layout cannot lose an earlier entry. Files are
+replaced atomically (temporary file + rename) so a reader of the site never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.report.kit import page_template
+from hpcbench.report.kit import slug as text_slug
+
+REPORT_JSON = "report.json"
+PUBLICATIONS_JSON = "publications.json"
+#: Bumped when a field changes meaning; readers reject what they do not know.
+SCHEMA = 1
+#: The verdicts the index shows as columns, in this order (hpcbench.report.ledger.VERDICTS minus
+#: "context", which is a setting rather than a testable claim).
+INDEX_VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not measured yet")
+#: Counted when the runs of one report disagree on a claim: one verdict would hide the others.
+DIFFERS = "differs between runs"
+
+
+# -- report.json: what a report says about itself ---------------------------------
+
+def _utc_stamp(when: dt.datetime | None = None) -> str:
+    when = (when or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _count(verdicts: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+def report_manifest(title: str, sources: Sequence[Any],
+                    verdicts_by_source: Mapping[str, Mapping[str, str] | None],
+                    generated: dt.datetime | None = None) -> dict[str, Any]:
+    """The content of ``report.json``: the report's metadata as data.
+
+    Args:
+        title: the page title.
+        sources: the report's :class:`hpcbench.report.aggregate.Source` objects (``label``,
+            ``run_dir`` and ``info``, the run's ``run.json``).
+        verdicts_by_source: per source label, the verdict of each claim id; None where the
+            claims could not be evaluated for that source.
+        generated: when the report was generated (default: now).
+
+    Returns:
+        A JSON-ready dict. ``verdicts`` counts each claim once: under its verdict when every
+        evaluated run agrees, under :data:`DIFFERS` otherwise, so the counts add up to the
+        number of claims in the ledger. Each run also carries its own counts.
+    """
+    runs = []
+    per_claim: dict[str, set[str]] = {}
+    for source in sources:
+        info = source.info or {}
+        verdicts = verdicts_by_source.get(source.label)
+        runs.append({
+            "label": source.label,
+            "run_dir": str(source.run_dir),
+            **{key: (None if info.get(key) is None else str(info.get(key)))
+               for key in ("run_id", "suite", "host", "created", "backend")},
+            "verdicts": None if verdicts is None else _count(list(verdicts.values())),
+        })
+        for claim_id, verdict in (verdicts or {}).items():
+            per_claim.setdefault(str(claim_id), set()).add(str(verdict))
+    combined = [next(iter(v)) if len(v) == 1 else DIFFERS for v in per_claim.values()]
+    return {"schema": SCHEMA, "title": title, "generated": _utc_stamp(generated), "runs": runs,
+            "claims": len(per_claim), "verdicts": _count(combined)}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` in one rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from a web server's user
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_report_manifest(out_dir: str | Path, manifest: Mapping[str, Any]) -> Path:
+    """Write ``out_dir/report.json`` atomically; returns its path."""
+    path = Path(out_dir) / REPORT_JSON
+    _write_atomic(path, json.dumps(manifest, indent=2) + "\n")
+    return path
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HpcbenchError(f"{path}: {what} is not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise HpcbenchError(f"{path}: {what} is not a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise HpcbenchError(f"{path}: {what} has schema {data.get('schema')!r}, this hpcbench reads {SCHEMA}")
+    return data
+
+
+def read_report_manifest(report_dir: str | Path) -> dict[str, Any]:
+    """The ``report.json`` of a report folder, checked.
+
+    Raises:
+        HpcbenchError: naming the folder when it is not a report folder (no ``index.html``),
+            or naming ``report.json`` when it is missing or malformed.
+    """
+    folder = Path(report_dir)
+    if not folder.is_dir():
+        raise HpcbenchError(f"{folder}: not a report folder (no such directory)")
+    if not (folder / "index.html").is_file():
+        raise HpcbenchError(f"{folder}: not a report folder (no index.html); "
+                            "build one with `hpcbench report RUN_DIR --out FOLDER`")
+    path = folder / REPORT_JSON
+    if not path.is_file():
+        raise HpcbenchError(f"{path}: missing; this report predates report.json, rebuild it with "
+                            "`hpcbench report`")
+    data = _read_json_object(path, REPORT_JSON)
+    if not isinstance(data.get("title"), str) or not isinstance(data.get("runs"), list):
+        raise HpcbenchError(f"{path}: needs a string 'title' and a list 'runs'")
+    if not all(isinstance(r, dict) for r in data["runs"]):
+        raise HpcbenchError(f"{path}: every entry of 'runs' must be an object")
+    if not isinstance(data.get("verdicts", {}), dict):
+        raise HpcbenchError(f"{path}: 'verdicts' must be an object of counts")
+    return data
+
+
+# -- publications.json: the site's index as data ----------------------------------
+
+@dataclass(frozen=True)
+class Publication:
+    """One published report: one row of the site index."""
+
+    slug: str
+    """Its folder under the site, ``<report folder name>-<YYYY-MM-DD>[-k]``."""
+    published: str
+    """When it was published, ``YYYY-MM-DDTHH:MM:SSZ`` (UTC; sorts as text)."""
+    title: str
+    generated: str | None
+    """When the report itself was generated (from report.json)."""
+    suites: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    """The hosts the runs were launched from (each run.json's ``host``)."""
+    verdicts: dict[str, int] = field(default_factory=dict)
+    claims: int | None = None
+    report_dir: str = ""
+    """The folder it was copied from, for provenance."""
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any], *, slug: str, published: str,
+                      report_dir: str) -> Publication:
+        runs = manifest.get("runs", [])
+
+        def distinct(key: str) -> list[str]:
+            return list(dict.fromkeys(str(r[key]) for r in runs if r.get(key)))
+
+        return cls(slug=slug, published=published, title=str(manifest["title"]),
+                   generated=manifest.get("generated"), suites=distinct("suite"), hosts=distinct("host"),
+                   verdicts={str(k): int(v) for k, v in (manifest.get("verdicts") or {}).items()},
+                   claims=manifest.get("claims"), report_dir=report_dir)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Publication:
+        known = set(cls.__dataclass_fields__)
+        if not isinstance(data, dict) or not {"slug", "published", "title"} <= set(data):
+            raise HpcbenchError(f"{where}: needs an object with 'slug', 'published' and 'title'")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def load_publications(site_dir: str | Path) -> list[Publication]:
+    """The publications recorded in ``site_dir/publications.json``, oldest first ([] if none).
+
+    Raises:
+        HpcbenchError: naming ``publications.json`` (and the entry) when it is malformed.
+    """
+    path = Path(site_dir) / PUBLICATIONS_JSON
+    if not path.exists():
+        return []
+    data = _read_json_object(path, PUBLICATIONS_JSON)
+    entries = data.get("publications")
+    if not isinstance(entries, list):
+        raise HpcbenchError(f"{path}: needs a list 'publications'")
+    return [Publication.from_dict(e, f"{path}: publications[{i}]") for i, e in enumerate(entries)]
+
+
+def unique_slug(name: str, day: str, taken: set[str]) -> str:
+    """``<name>-<day>``, or with ``-2``, ``-3``... the first that is not ``taken``.
+
+    The name is reduced to ``[a-z0-9-]`` so the slug is a safe folder name and URL path.
+    """
+    base = f"{text_slug(name)}-{day}"
+    candidate, k = base, 2
+    while candidate in taken:
+        candidate, k = f"{base}-{k}", k + 1
+    return candidate
+
+
+def newest_first(publications: Sequence[Publication]) -> list[Publication]:
+    """Sorted by publication time, newest first; within one second, the later-recorded first."""
+    order = sorted(enumerate(publications), key=lambda ip: (ip[1].published, ip[0]), reverse=True)
+    return [p for _, p in order]
+
+
+def render_index(publications: Sequence[Publication], *, title: str = "hpcbench reports",
+                 generated: dt.datetime | None = None) -> str:
+    """The site's ``index.html``: one row per publication, newest first, inline CSS, no script.
+
+    Every text is escaped (jinja2 autoescape; nothing is marked safe): titles, suites and
+    hosts come from run directories that anyone could have written.
+    """
+    rows = []
+    for p in newest_first(publications):
+        # A count absent from a report that has verdicts is a true 0; no verdicts at all is unknown.
+        counts = [(v, p.verdicts.get(v, 0) if p.verdicts else "–") for v in INDEX_VERDICTS]
+        rows.append({"slug": p.slug, "published": _readable(p.published), "title": p.title,
+                     "generated": _readable(p.generated) if p.generated else None,
+                     "suites": p.suites, "hosts": p.hosts,
+                     "counts": counts, "differ": p.verdicts.get(DIFFERS, 0)})
+    return page_template("publish_index.html").render(
+        title=title, rows=rows, verdicts=INDEX_VERDICTS, differs=DIFFERS, data_file=PUBLICATIONS_JSON,
+        generated=_readable(_utc_stamp(generated)))
+
+
+def _readable(stamp: str) -> str:
+    """``2025-03-01T10:00:00Z`` as ``2025-03-01 10:00:00 UTC``: the page is for people."""
+    return str(stamp).replace("T", " ").replace("Z", " UTC")
+
+
+# -- publishing ---------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _site_lock(site_dir: Path) -> Iterator[None]:
+    """One publisher at a time: publications.json is read, extended and rewritten."""
+    with open(site_dir / ".publish.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _copy_report(report_dir: Path, dest: Path) -> None:
+    """Copy into a hidden temporary folder, then rename: the slug appears whole or not at all."""
+    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        shutil.copytree(report_dir, partial)
+        os.rename(partial, dest)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def publish_report(report_dir: str | Path, site_dir: str | Path, *,
+                   now: dt.datetime | None = None) -> Publication:
+    """Copy ``report_dir`` into ``site_dir`` under a new slug and regenerate the site index.
+
+    Args:
+        report_dir: a folder written by ``hpcbench report`` (``index.html`` + ``report.json``).
+        site_dir: the site folder (created); earlier publications in it are kept as they are.
+        now: the publication time (default: now), in the slug's date and the index.
+
+    Returns:
+        The new :class:`Publication`; its folder is ``site_dir/<slug>``.
+
+    Raises:
+        HpcbenchError: naming the path when ``report_dir`` is not a report folder, its
+            ``report.json`` or the site's ``publications.json`` is malformed, or ``site_dir``
+            is not a folder or lies inside ``report_dir``. Nothing is written then.
+    """
+    report, site = Path(report_dir), Path(site_dir)
+    manifest = read_report_manifest(report)
+    if site.exists() and not site.is_dir():
+        raise HpcbenchError(f"{site}: the site must be a folder, this is a file")
+    if site.resolve().is_relative_to(report.resolve()):
+        raise HpcbenchError(f"{site}: the site lies inside the report folder {report}; "
+                            "copying the report would copy the site into itself")
+    load_publications(site)  # a malformed index stops us before anything is copied
+    published = _utc_stamp(now)
+    site.mkdir(parents=True, exist_ok=True)
+    with _site_lock(site):
+        publications = load_publications(site)  # again: another publisher may have written
+        taken = {p.slug for p in publications} | {child.name for child in site.iterdir()}
+        slug = unique_slug(report.resolve().name, published[:10], taken)
+        _copy_report(report, site / slug)
+        publication = Publication.from_manifest(manifest, slug=slug, published=published,
+                                                report_dir=str(report.resolve()))
+        publications.append(publication)
+        # Data first, page second: a failure in between leaves data the next publish renders.
+        _write_atomic(site / PUBLICATIONS_JSON, json.dumps(
+            {"schema": SCHEMA, "publications": [asdict(p) for p in publications]}, indent=2) + "\n")
+        _write_atomic(site / "index.html", render_index(publications, generated=now))
+    return publication
+
+
+__all__ = ["DIFFERS", "INDEX_VERDICTS", "PUBLICATIONS_JSON", "REPORT_JSON", "Publication",
+           "load_publications", "newest_first", "publish_report", "read_report_manifest",
+           "render_index", "report_manifest", "unique_slug", "write_report_manifest"]

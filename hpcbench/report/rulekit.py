@@ -1,0 +1,188 @@
+"""What verdict rules share: strict launch groups, paired comparisons, applicability, one sentence.
+
+A rule states its comparisons in advance (a numerator series, a denominator series and
+a :class:`~hpcbench.report.verdict.Reference` each), then :func:`judge_comparisons`:
+
+* splits the launches into strict groups — same parameters and same recorded facts
+  (cluster, link rate, file system...) — so that ext4 is never pooled with Lustre, nor a
+  1-node run with a 2-node one;
+* asks ``applies(launch_facts)`` of every group, the same question whatever the values;
+* measures every comparison in every group as a paired ratio over launches with its 95 %
+  interval, Holm-corrected across all of them;
+* reads the verdict: not applicable or too few launches -> inconclusive; else
+  reproduced only when every applicable comparison is, not reproduced when any is not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, paired_samples, select
+from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, bootstrap_pvalues, combine, judge,
+                                     judge_family, paired_ratio, single_value)
+
+#: Facts that make two launches incomparable when they differ.
+GROUP_FACTS = ("cluster", "link_rate_bps", "link_delay_s", "infiniband", "gpus", "backend", "storage.filesystem")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One ratio a rule states in advance: numerator series over denominator series against a band."""
+
+    label: str
+    numerator: Mapping[str, Any]
+    denominator: Mapping[str, Any]
+    reference: Reference
+    match: tuple[str, ...] = ("run_id", "task_id")
+    """How numerator and denominator launches pair: the same launch by default."""
+    not_applicable: str = ""
+    """Set (from recorded facts, before any value is read) when this comparison cannot test the claim."""
+    column: str = "samples"
+    """The summary column holding each launch's per-step values."""
+
+
+def _fact_text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "?"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def launch_groups(evidence: Evidence, ignore_params: Iterable[str] = ()) -> list[tuple[str, pd.DataFrame]]:
+    """The launches split by parameters (less ``ignore_params``) and :data:`GROUP_FACTS`.
+
+    Returns:
+        (a readable description of the group, its launches) in a stable order.
+    """
+    launches = evidence.launches
+    if launches.empty:
+        return []
+    ignore = set(ignore_params) | {"output_dir"}
+
+    def key(row: pd.Series) -> str:
+        try:
+            params = {k: v for k, v in json.loads(row["params"]).items() if k not in ignore}
+        except (TypeError, ValueError, AttributeError):
+            params = {}
+        facts = {f: _fact_text(row.get(f)) for f in GROUP_FACTS if f in launches.columns}
+        return json.dumps({"params": params, "facts": facts}, sort_keys=True, default=str)
+
+    keyed = launches.assign(_group=[key(r) for _, r in launches.iterrows()])
+    groups = []
+    for k, g in keyed.groupby("_group", sort=True):
+        facts = json.loads(k)["facts"]
+        shown = ", ".join(f"{name} {v}" for name, v in facts.items() if v != "?")
+        groups.append((shown or "no recorded facts", g.drop(columns="_group")))
+    return groups
+
+
+def in_group(summaries: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+    keys = set(zip(launches["run_id"], launches["task_id"]))
+    return summaries[[(r, t) in keys for r, t in zip(summaries["run_id"], summaries["task_id"])]]
+
+
+Comparisons = Sequence[Comparison] | Callable[[pd.Series], Sequence[Comparison]]
+
+
+def judge_comparisons(evidence: Evidence, comparisons: Comparisons, *,
+                      applies: Callable[[pd.Series], str | None], what: str,
+                      ignore_params: Iterable[str] = ()) -> Judgement:
+    """Measure every comparison in every strict launch group, and read the claim's verdict.
+
+    Args:
+        comparisons: the comparisons, or a function of a group's first launch that states them
+            from its parameters (e.g. C5's setting: the most DataLoader workers it ran).
+        applies: given a group's first launch (params and facts), None when the claim applies
+            there, else the reason it does not (asked before any value is looked at).
+        what: one sentence on what the comparison is, for the detail.
+    """
+    family: list[tuple[str, Comparison, list, list, str | None]] = []
+    for group_text, launches in launch_groups(evidence, ignore_params):
+        first = launches.iloc[0]
+        why_not = applies(first)
+        summaries = in_group(evidence.summaries, launches)
+        for comp in (comparisons(first) if callable(comparisons) else comparisons):
+            nums, dens, _ = paired_samples(summaries, comp.numerator, comp.denominator, match=comp.match,
+                                           samples=comp.column)
+            if nums:
+                family.append((group_text, comp, nums, dens, why_not or comp.not_applicable or None))
+    if not family:
+        return Judgement(INCONCLUSIVE, NO_VALUE,
+                         f"{what} No launch measured both series of any comparison, so nothing to judge."
+                         + evidence.excluded_note())
+    intervals = [paired_ratio(n, d) for _, _, n, d, _ in family]
+    pvalues = [bootstrap_pvalues(n, d, c.reference) for _, c, n, d, _ in family]
+    judged = judge_family(intervals, pvalues, [c.reference for _, c, *_ in family])
+    members = [(group_text, comp.label, why_not) for group_text, comp, _, _, why_not in family]
+    return _assemble(evidence, members, judged, what)
+
+
+def _assemble(evidence: Evidence, members: list[tuple[str, str, str | None]], judged: list[Outcome],
+              what: str) -> Judgement:
+    """The claim's verdict from its members' outcomes; members that do not apply are shown, never counted."""
+    outcomes: list[Outcome] = []
+    labels: list[str] = []
+    parts: list[str] = []
+    reasons: list[str] = []
+    applicable: list[Outcome] = []
+    several_groups = len({g for g, _, _ in members}) > 1
+    for (group_text, label, why_not), outcome in zip(members, judged):
+        if why_not:
+            outcome = Outcome(INCONCLUSIVE, outcome.interval, outcome.reference, f"not applicable: {why_not}")
+            reasons.append(why_not)
+        else:
+            applicable.append(outcome)
+        outcomes.append(outcome)
+        labels.append(f"{label} ({group_text})" if several_groups else label)
+        parts.append(f"{labels[-1]}: {outcome.describe()}")
+    verdict = combine(applicable) if applicable else INCONCLUSIVE
+    detail = what
+    if reasons:
+        detail += f" Not applicable in {len(reasons)} of {len(members)} comparison(s): {sorted(set(reasons))[0]}."
+    if len(members) > 1:
+        detail += f" {len(members)} comparisons, corrected for multiplicity."
+    detail += evidence.excluded_note()
+    return Judgement(verdict, "; ".join(parts), detail, tuple(outcomes), tuple(labels))
+
+
+@dataclass(frozen=True)
+class Level:
+    """One quantity a rule judges on its own (not a ratio): a series' per-step values against a band."""
+
+    label: str
+    where: Mapping[str, Any]
+    reference: Reference
+    column: str = "samples"
+    not_applicable: str = ""
+
+
+def judge_levels(evidence: Evidence, levels: Sequence[Level] | Callable[[pd.Series], Sequence[Level]], *,
+                 applies: Callable[[pd.Series], str | None], what: str,
+                 ignore_params: Iterable[str] = ()) -> Judgement:
+    """Like :func:`judge_comparisons` for single quantities: mean over launches of per-launch medians.
+
+    Several levels are Bonferroni-corrected (each interval at 1 - 0.05/m).
+    """
+    found: list[tuple[str, Level, list, str | None]] = []
+    for group_text, launches in launch_groups(evidence, ignore_params):
+        first = launches.iloc[0]
+        why_not = applies(first)
+        summaries = in_group(evidence.summaries, launches)
+        for level in (levels(first) if callable(levels) else levels):
+            rows = select(summaries, level.where)
+            values = [list(v) for v in rows[level.column]] if len(rows) else []
+            if any(values):
+                found.append((group_text, level, values, why_not or level.not_applicable or None))
+    if not found:
+        return Judgement(INCONCLUSIVE, NO_VALUE, f"{what} No launch measured the series, so nothing to judge."
+                         + evidence.excluded_note())
+    confidence = 1 - (1 - CONFIDENCE) / len(found)
+    judged = [judge(single_value(values, unit=level.reference.unit, confidence=confidence), level.reference)
+              for _, level, values, _ in found]
+    members = [(group_text, level.label, why_not) for group_text, level, _, why_not in found]
+    return _assemble(evidence, members, judged, what)
+
+

@@ -1,0 +1,1 @@
+"""Running suites: suite files, the task a notebook holds, run dirs, papermill, backends."""

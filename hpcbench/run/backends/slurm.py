@@ -1,0 +1,227 @@
+"""The SLURM backend of the suite runner: sbatch, then poll until every task is final.
+
+* Node-local tasks (one node each) become ONE array job, ``--array=0-K[%M]``; array
+  element i runs task i of a JSON manifest on whichever node SLURM gives it, and
+  its records name that node, so a slow node shows up in the report.
+* Multi-node tasks become one job each with ``--nodes=N``; the notebook runs on the
+  first node and starts workers everywhere with srun + torchrun.
+* The scripts come from the templates in ``slurm/`` (``HPCBENCH_SLURM_TEMPLATES``
+  for a copy) and are written into ``RUN_DIR/slurm/`` before submission.
+* Parameter values never pass through a shell: they travel in the manifest.
+
+Every SLURM client call has a timeout; ``SLURM_CONF`` and friends come from the
+environment (``hpcbench cluster up`` prints what to export for the emulated cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from string import Template
+from typing import Any, Callable
+
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.experiments import EXPERIMENTS
+from hpcbench.run.backends.base import Backend
+from hpcbench.run.rundir import TaskStatus, read_status, task_dir, write_json_atomic, write_status
+from hpcbench.run.suite import TaskSpec
+
+TEMPLATES_ENV = "HPCBENCH_SLURM_TEMPLATES"
+CLIENT_TIMEOUT_S = 60
+#: sbatch options a user may set per run; values are checked, never shell-evaluated.
+SBATCH_OPTIONS = ("partition", "account", "time", "gres", "cpus_per_task", "qos", "constraint")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,=+/@%-]+$")
+FINAL_STATES = ("done", "failed")
+
+
+class SlurmError(HpcbenchError):
+    """A SLURM command failed or SLURM is not reachable; names the command and its answer."""
+
+
+def templates_dir() -> Path:
+    env = os.environ.get(TEMPLATES_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "slurm"
+
+
+def render_template(name: str, values: dict[str, str]) -> str:
+    """Fill ``${placeholders}`` of a template; shell variables such as
+    ``${SLURM_ARRAY_TASK_ID}`` are left for the job's shell."""
+    path = templates_dir() / name
+    if not path.is_file():
+        raise SlurmError(f"SLURM template {path} does not exist (set {TEMPLATES_ENV} to a folder holding it)")
+    text = path.read_text()
+    missing = [k for k in values if f"${{{k}}}" not in text and k != "directives"]
+    if missing:
+        raise SlurmError(f"SLURM template {path} lacks the placeholder(s) {missing}")
+    return Template(text).safe_substitute(values)
+
+
+def sbatch_directives(options: dict[str, Any]) -> str:
+    """``#SBATCH`` lines for the site options (partition, account, time, ...) and raw extras."""
+    lines = []
+    for key in SBATCH_OPTIONS:
+        value = options.get(key)
+        if value in (None, ""):
+            continue
+        value = str(value)
+        if not _SAFE_VALUE.match(value):
+            raise SlurmError(f"--{key.replace('_', '-')} {value!r}: only letters, digits and _.:,=+/@%- are allowed")
+        lines.append(f"#SBATCH --{key.replace('_', '-')}={value}")
+    for extra in options.get("sbatch_args") or []:
+        if not extra.startswith("--") or not _SAFE_VALUE.match(extra.lstrip("-")):
+            raise SlurmError(f"--sbatch-arg {extra!r}: expected one option like --qos=debug "
+                             "(letters, digits and _.:,=+/@%- only)")
+        lines.append(f"#SBATCH {extra}")
+    return "\n".join(lines)
+
+
+def _client(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]} is not installed: the SLURM backend needs the SLURM client "
+                         "commands (Debian: apt-get install slurm-client)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{shlex.join(argv)}` did not answer within {CLIENT_TIMEOUT_S} s: "
+                         "is slurmctld up and SLURM_CONF right?") from None
+    if check and proc.returncode != 0:
+        raise SlurmError(f"`{shlex.join(argv)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+def squeue_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """``{job_id or array element id: (state, nodes)}`` of the jobs SLURM still knows."""
+    if not job_ids:
+        return {}
+    proc = _client(["squeue", "-h", "-r", "-j", ",".join(sorted(set(job_ids))), "-o", "%i|%T|%N"], check=False)
+    if proc.returncode != 0:
+        if "Invalid job id" in proc.stderr:
+            return {}  # every job has left the queue
+        raise SlurmError(f"squeue failed ({proc.returncode}): {proc.stderr.strip()}")
+    out = {}
+    for line in proc.stdout.splitlines():
+        jid, state, nodes = (line.split("|") + ["", ""])[:3]
+        out[jid.strip()] = (state.strip(), nodes.strip())
+    return out
+
+
+def scontrol_state(job_id: str) -> str | None:
+    """The final ``JobState`` while slurmctld still remembers the job (MinJobAge), else None."""
+    proc = _client(["scontrol", "show", "job", job_id], check=False)
+    m = re.search(r"JobState=(\S+)", proc.stdout)
+    return m.group(1) if m else None
+
+
+def _job_name(suite: str, kind: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"hpcb-{suite}-{kind}")[:64]
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+    poll_interval_s = 2.0
+
+    def check(self, options: dict[str, Any]) -> None:
+        for exe in ("sbatch", "squeue", "scontrol"):
+            if shutil.which(exe) is None:
+                raise SlurmError(f"{exe} is not on PATH: the SLURM backend needs the SLURM client commands "
+                                 "(Debian: apt-get install slurm-client; for the emulated cluster: hpcbench cluster up)")
+        sbatch_directives(options)  # bad site options fail before the run dir exists
+        _client(["squeue", "-h", "-o", "%i"])  # slurmctld reachable
+
+    def run_tasks(self, tasks, run_dir, suite, *, jobs, on_done, options, bar):
+        run_dir = Path(run_dir).resolve()
+        slurm_dir = run_dir / "slurm"
+        log_dir = slurm_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        attempt = 1 + len(list(slurm_dir.glob("submission-*.json")))
+        local, multi = [], []
+        for t in tasks:
+            exp = EXPERIMENTS.get(t.experiment)
+            (multi if exp.resources(exp.config.from_dict(t.params)).nodes > 1 else local).append(t)
+        base = {"run_dir": shlex.quote(str(run_dir)), "log_dir": shlex.quote(str(log_dir)),
+                "python": shlex.quote(sys.executable), "directives": sbatch_directives(options)}
+        submitted: dict[str, str] = {}  # task id -> job id
+        logs: dict[str, str] = {}
+        if local:
+            manifest = slurm_dir / f"array-{attempt}.json"
+            write_json_atomic(manifest, [asdict(t) for t in local])
+            name = _job_name(suite, "array")
+            script = slurm_dir / f"array-{attempt}.sbatch"
+            script.write_text(render_template("array.sbatch.template", {
+                **base, "job_name": name, "last_index": str(len(local) - 1),
+                "concurrency": f"%{jobs}" if jobs else "", "manifest": shlex.quote(str(manifest))}))
+            job = self._submit(script)
+            for i, t in enumerate(local):
+                submitted[t.task_id] = f"{job}_{i}"
+                logs[t.task_id] = str(log_dir / f"{name}-{job}_{i}.out")
+        for t in multi:
+            manifest = slurm_dir / f"{t.task_id}-{attempt}.json"
+            write_json_atomic(manifest, [asdict(t)])
+            exp = EXPERIMENTS.get(t.experiment)
+            nodes = exp.resources(exp.config.from_dict(t.params)).nodes
+            name = _job_name(suite, t.task_id)
+            script = slurm_dir / f"{t.task_id}-{attempt}.sbatch"
+            script.write_text(render_template("multinode.sbatch.template", {
+                **base, "job_name": name, "nodes": str(nodes), "index": "0",
+                "manifest": shlex.quote(str(manifest))}))
+            job = self._submit(script)
+            submitted[t.task_id] = job
+            logs[t.task_id] = str(log_dir / f"{name}-{job}.out")
+        write_json_atomic(slurm_dir / f"submission-{attempt}.json",
+                          {"jobs": submitted, "logs": logs, "options": options})
+        for t in tasks:
+            st = read_status(task_dir(run_dir, t.task_id) / "status.json")
+            st.job_id, st.batch_log, st.slurm_state = submitted[t.task_id], logs[t.task_id], "PENDING"
+            write_status(run_dir, st)
+        if bar is not None:
+            bar.write(f"submitted {len(local)} array element(s) and {len(multi)} multi-node job(s); "
+                      f"scripts in {slurm_dir}", file=sys.stderr)
+        return self._poll(tasks, run_dir, submitted, logs, on_done, bar)
+
+    def _submit(self, script: Path) -> str:
+        proc = _client(["sbatch", "--parsable", str(script)])
+        return proc.stdout.strip().split(";")[0]
+
+    def _poll(self, tasks: list[TaskSpec], run_dir: Path, submitted: dict[str, str], logs: dict[str, str],
+              on_done: Callable[[TaskStatus], None], bar: Any) -> list[TaskStatus]:
+        final: dict[str, TaskStatus] = {}
+        array_jobs = {j.split("_")[0] for j in submitted.values()}
+        while len(final) < len(tasks):
+            queue = squeue_states(sorted(array_jobs))
+            counts = {"PENDING": 0, "RUNNING": 0}
+            for t in tasks:
+                if t.task_id in final:
+                    continue
+                job = submitted[t.task_id]
+                st = read_status(task_dir(run_dir, t.task_id) / "status.json")
+                if job in queue:
+                    state = queue[job][0]
+                    counts[state] = counts.get(state, 0) + 1
+                    continue
+                if st.state not in FINAL_STATES:
+                    # The job left the queue without the task writing a final status:
+                    # it was cancelled, killed (time, memory, node failure) or never started.
+                    slurm = scontrol_state(job) or "unknown (no longer known to slurmctld)"
+                    st.state, st.slurm_state = "failed", slurm
+                    st.error = f"SLURM job {job} ended ({slurm}) before the task finished; see {logs[t.task_id]}"
+                    write_status(run_dir, st)
+                else:
+                    st.slurm_state = "COMPLETED" if st.state == "done" else (scontrol_state(job) or st.slurm_state)
+                    write_status(run_dir, st)
+                final[t.task_id] = st
+                on_done(st)
+            if bar is not None:
+                bar.set_postfix(pending=counts.get("PENDING", 0), running=counts.get("RUNNING", 0),
+                                failed=sum(s.state == "failed" for s in final.values()))
+            if len(final) < len(tasks):
+                time.sleep(self.poll_interval_s)
+        order = {t.task_id: i for i, t in enumerate(tasks)}
+        return sorted(final.values(), key=lambda s: order[s.task_id])

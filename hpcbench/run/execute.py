@@ -1,0 +1,95 @@
+"""One task through papermill: the executed notebook, its records and its final status."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.experiments import EXPERIMENTS
+from hpcbench.run.rundir import TaskStatus, now, read_status, task_dir, write_status
+from hpcbench.run.suite import TaskSpec
+
+KERNEL_NAME = "python3"
+
+
+def notebook_parameters(spec: TaskSpec, run_dir: Path, suite: str) -> dict[str, Any]:
+    """The config fields plus the task context the notebook's parameters cell declares."""
+    return {**spec.params, "run_id": run_dir.name, "suite": suite, "variant": spec.variant,
+            "task_id": spec.task_id, "repetition": spec.repetition,
+            "output_dir": str(task_dir(run_dir, spec.task_id).resolve())}
+
+
+def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str = KERNEL_NAME) -> TaskStatus:
+    """Run one task's notebook with papermill and return its final status (never raises)."""
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    status = TaskStatus.for_task(spec)
+    tdir = task_dir(run_dir, spec.task_id)
+    tdir.mkdir(parents=True, exist_ok=True)
+    previous = tdir / "status.json"
+    if previous.is_file():  # keep what the backend wrote at submission (job id, log, attempt)
+        before = read_status(previous)
+        status.job_id, status.batch_log, status.attempt = before.job_id, before.batch_log, before.attempt
+    status.state, status.started = "running", now()
+    status.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    write_status(run_dir, status)
+    start = time.monotonic()
+    try:
+        notebook = EXPERIMENTS.get(spec.experiment).notebook_path()
+        pm.execute_notebook(
+            str(notebook), str(tdir / status.notebook),
+            parameters=notebook_parameters(spec, run_dir, suite),
+            kernel_name=kernel_name, progress_bar=False, cwd=str(tdir),
+            log_output=False, report_mode=False,
+            # The kernel's own start-up warnings (e.g. "running over TCP without encryption"
+            # on a loopback-only kernel) would drown the progress bar; cell errors still
+            # reach the executed notebook and the task's status.
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        )
+        status.state = "done"
+    except PapermillExecutionError as exc:
+        status.state = "failed"
+        status.cell = exc.exec_count
+        status.error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    except Exception as exc:  # a failed task must not stop the others
+        status.state = "failed"
+        status.error = f"{type(exc).__name__}: {exc}"
+    status.finished = now()
+    status.duration_s = round(time.monotonic() - start, 3)
+    logs = sorted((tdir / "logs").glob("*.log")) if (tdir / "logs").is_dir() else []
+    status.log = str(logs[0]) if logs else None
+    write_status(run_dir, status)
+    return status
+
+
+def run_manifest_task(run_dir: Path, manifest: Path, index: int) -> TaskStatus:
+    """Run task ``index`` of a JSON manifest (what a SLURM job step does)."""
+    tasks = json.loads(Path(manifest).read_text())
+    if not 0 <= index < len(tasks):
+        raise HpcbenchError(f"{manifest}: no task {index} (it lists {len(tasks)})")
+    suite = json.loads((Path(run_dir) / "run.json").read_text()).get("suite", "")
+    return execute_task(TaskSpec(**tasks[index]), Path(run_dir), suite)
+
+
+def check_kernel(kernel_name: str = KERNEL_NAME) -> str | None:
+    """A warning when the Jupyter kernel would run another Python than this one."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        spec = KernelSpecManager().get_kernel_spec(kernel_name)
+    except Exception as exc:  # no such kernel: papermill will say so per task too
+        return f"Jupyter kernel {kernel_name!r} not found ({exc}); run `make setup`"
+    exe = spec.argv[0]
+    if exe in ("python", "python3", "{python}"):
+        return None
+    if Path(exe).resolve() != Path(sys.executable).resolve() and Path(exe).parent.resolve() != Path(sys.executable).parent.resolve():
+        return (f"Jupyter kernel {kernel_name!r} runs {exe}, not this interpreter ({sys.executable}); "
+                "notebooks may not find hpcbench. Run `make setup` to register the venv's kernel.")
+    return None

@@ -1,0 +1,120 @@
+"""``make reproduce``: verdicts from the emulated cluster, end to end.
+
+1. Bring up the emulated 2-node SLURM cluster (:mod:`hpcbench.cluster`) with a fast link.
+2. Calibrate: one short all_reduce sweep inside one node measures the intra-node busbw
+   per rank on this machine.
+3. Shape the inter-node link so that the per-rank inter/intra-node bandwidth ratio is the
+   guide's platform's: NVLink ~300 GB/s per GPU against HDR's 25 GB/s per NIC shared by
+   ``8 / nics`` GPUs — 1:12 with 8 NICs per node, 1:96 with one. The guide does not say
+   how many NICs a node has, so ``nics`` is a parameter. Both ranks of a node share its
+   link, so the link is ``ranks_per_node`` times the per-rank share.
+4. Run the ``reproduce`` suite with the SLURM backend (5 launches of every experiment).
+5. Write the report, take the cluster down (also on failure).
+
+What it proves and what it cannot is in README ("make reproduce").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.core.facts import GUIDE_GPUS_PER_NODE, LINK_PEAKS_GBPS
+from hpcbench.core.results import find_record_files, read_records
+
+NVLINK_GBPS = LINK_PEAKS_GBPS["NVLink 3 (A100, per GPU)"]
+HDR_GBPS = LINK_PEAKS_GBPS["HDR InfiniBand (200 Gb/s)"]
+CALIBRATION_BYTES = 16 << 20
+RANKS_PER_NODE = 2
+#: tc needs at least 1 Mbit/s for SLURM's own messages; the emulation caps the link here too.
+MIN_LINK_MBIT, MAX_LINK_MBIT = 10, 10_000
+
+
+def guide_ratio(nics_per_node: int) -> float:
+    """Per-GPU intra-node over inter-node bandwidth on the guide's platform."""
+    if not 1 <= nics_per_node <= GUIDE_GPUS_PER_NODE:
+        raise HpcbenchError(f"nics_per_node must be 1..{GUIDE_GPUS_PER_NODE}, got {nics_per_node}")
+    return NVLINK_GBPS / (HDR_GBPS * nics_per_node / GUIDE_GPUS_PER_NODE)
+
+
+def link_rate_mbit(intra_gbps: float, nics_per_node: int, ranks_per_node: int = RANKS_PER_NODE) -> int:
+    """The node link (Mbit/s) whose per-rank share is ``intra_gbps / guide_ratio``."""
+    per_rank = intra_gbps / guide_ratio(nics_per_node)
+    mbit = per_rank * ranks_per_node * 8e3
+    return int(min(max(round(mbit), MIN_LINK_MBIT), MAX_LINK_MBIT))
+
+
+def calibration_suite() -> dict:
+    return {"name": "reproduce-calibration", "tasks": [{"experiment": "collectives", "params": {
+        "nodes": 1, "ranks_per_node": RANKS_PER_NODE, "ops": ["all_reduce"], "groups": ["world"],
+        "min_bytes": CALIBRATION_BYTES, "max_bytes": CALIBRATION_BYTES, "warmup_iters": 3, "iters": 10}}]}
+
+
+def intra_node_busbw(run_dir: Path) -> float:
+    """Median busbw (GB/s) of the calibration run's intra-node all_reduce."""
+    files = find_record_files(run_dir / "tasks")
+    frame = pd.concat([read_records(p) for p in files], ignore_index=True) if files else None
+    busbw = None if frame is None else frame[(frame["metric"] == "busbw") & frame["value"].notna()]
+    if busbw is None or busbw.empty:
+        raise HpcbenchError(f"the calibration run in {run_dir} measured no busbw; see its task's notebook")
+    return float(busbw["value"].median())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hpcbench.cluster import ClusterSpec, check_prerequisites, cluster_down, cluster_up, reshape_links
+    from hpcbench.report import build_report
+    from hpcbench.run.rundir import new_run_dir
+    from hpcbench.run.runner import run_suite
+    from hpcbench.run.suite import load_suite, parse_suite
+
+    ap = argparse.ArgumentParser(prog="hpcbench reproduce", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nics", type=int, default=8, help="InfiniBand NICs per 8-GPU node on the guide's platform "
+                                                        "(8: ratio 1:12; 1: ratio 1:96)")
+    ap.add_argument("--suite", default="reproduce", help="suite name or YAML path (default: reproduce)")
+    ap.add_argument("--out", default="results", help="parent folder of the run dir")
+    ap.add_argument("--report", default="reports/reproduce", help="report folder")
+    ap.add_argument("--state", default="/tmp/hpcbench-reproduce", help="the emulated cluster's state dir")
+    ap.add_argument("--link-rate", help="skip the calibration and shape the link to this tc rate (e.g. 800mbit)")
+    args = ap.parse_args(argv)
+    guide_ratio(args.nics)  # a bad --nics fails before anything starts
+    suite = load_suite(args.suite)
+    missing = check_prerequisites()
+    if missing:
+        print("hpcbench reproduce needs root and: " + "; ".join(missing), file=sys.stderr)
+        return 2
+    info = cluster_up(ClusterSpec(nodes=2, link_rate=f"{MAX_LINK_MBIT}mbit", link_delay="0ms",
+                                  state_dir=args.state))
+    os.environ.update(info.env())
+    try:
+        if args.link_rate:
+            rate = args.link_rate
+        else:
+            calib = Path(tempfile.mkdtemp(prefix="hpcbench-calibration-")) / "run"
+            run_suite(parse_suite(calibration_suite()), calib, backend="slurm", progress=False)
+            intra = intra_node_busbw(calib)
+            rate = f"{link_rate_mbit(intra, args.nics)}mbit"
+            print(f"calibration: intra-node all_reduce busbw {intra:.3g} GB/s per rank; the guide's platform "
+                  f"with {args.nics} NIC(s) per node has a 1:{guide_ratio(args.nics):.0f} inter/intra ratio "
+                  f"-> node link {rate}", flush=True)
+        reshape_links(args.state, link_rate=rate)
+        run_dir = new_run_dir(Path(args.out), suite.name)
+        statuses = run_suite(suite, run_dir, backend="slurm")
+        failed = [s.task_id for s in statuses if s.state != "done"]
+        index = build_report([run_dir], args.report)
+        print(f"report: {index.resolve()}")
+        if failed:
+            print(f"{len(failed)} task(s) failed (they are not counted): {', '.join(failed)}", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        cluster_down(args.state)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The facts of one launch that decide whether a claim applies: where it ran and over what link.
+
+Rules read applicability from these recorded facts, never from labels or guesses, and
+the same way whatever the measured value (see :mod:`hpcbench.report.verdict`). Every
+launch (:class:`hpcbench.run.task.Task`) writes them as ``fact.<name>`` records:
+
+* ``fact.cluster`` — ``emulated cluster, shaped link`` (the netns + tc cluster of
+  :mod:`hpcbench.cluster`, found through ``SLURM_CONF``'s folder), ``emulated nodes, one
+  loopback`` (``HPCBENCH_EMULATED_NODES`` without a cluster), ``SLURM, N node(s)`` or
+  ``one machine``;
+* ``fact.link_rate_bps``, ``fact.link_delay`` — the shaped inter-node link (emulated cluster);
+* ``fact.infiniband`` — ``present`` when ``/sys/class/infiniband`` lists a device with an
+  ACTIVE port, else ``absent``;
+* ``fact.gpus`` — NVIDIA devices under ``/proc/driver/nvidia/gpus`` (no torch, no driver call).
+
+The transport (gloo or NCCL) is the workers' own ``backend`` record, and the file system
+is the ``storage.filesystem`` record of the experiments that read data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Mapping
+
+EMULATED_CLUSTER = "emulated cluster, shaped link"
+EMULATED_NODES = "emulated nodes, one loopback"
+ONE_MACHINE = "one machine"
+
+
+def _emulated_cluster(env: Mapping[str, str]) -> dict | None:
+    conf = env.get("SLURM_CONF")
+    if not conf:
+        return None
+    path = Path(conf).parent / "cluster.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _infiniband(root: Path) -> str:
+    base = root / "sys/class/infiniband"
+    try:
+        for state in base.glob("*/ports/*/state"):
+            if "ACTIVE" in state.read_text():
+                return "present"
+    except OSError:
+        pass
+    return "absent"
+
+
+def _gpus(root: Path) -> int:
+    folder = root / "proc/driver/nvidia/gpus"
+    try:
+        return sum(1 for _ in folder.iterdir())
+    except OSError:
+        return 0
+
+
+def launch_facts(nodes: int = 1, env: Mapping[str, str] | None = None,
+                 root: str | os.PathLike = "/") -> dict[str, str | float]:
+    """The facts of a launch starting now in this process.
+
+    Args:
+        nodes: the nodes the launch asks for; more than 1 outside SLURM is an emulated split.
+        env: the environment to read (default ``os.environ``).
+        root: where ``/sys`` and ``/proc`` are read (tests point it at a recorded tree).
+
+    Returns:
+        ``{name: text or number}``; names without the ``fact.`` prefix.
+    """
+    env = os.environ if env is None else env
+    root = Path(root)
+    facts: dict[str, str | float] = {}
+    cluster = _emulated_cluster(env)
+    if cluster is not None:
+        from hpcbench.cluster.network import parse_delay, parse_rate
+
+        spec = cluster.get("spec", {})
+        facts["cluster"] = EMULATED_CLUSTER
+        facts["link_rate_bps"] = float(parse_rate(str(spec.get("link_rate", "0bit"))))
+        facts["link_delay_s"] = float(parse_delay(str(spec.get("link_delay", "0ms"))))
+        facts["cluster_nodes"] = float(len(cluster.get("nodes", [])))
+    elif env.get("SLURM_JOB_NUM_NODES"):
+        facts["cluster"] = f"SLURM, {env['SLURM_JOB_NUM_NODES']} node(s)"
+    elif nodes > 1 or env.get("HPCBENCH_EMULATED_NODES"):
+        facts["cluster"] = EMULATED_NODES
+    else:
+        facts["cluster"] = ONE_MACHINE
+    facts["infiniband"] = _infiniband(root)
+    facts["gpus"] = float(_gpus(root))
+    return facts
+
+
+def write_facts(writer, facts: Mapping[str, str | float]) -> None:
+    """One ``fact.<name>`` record per fact: numbers as values, text as text."""
+    for name, value in facts.items():
+        if isinstance(value, (int, float)):
+            writer.add(f"fact.{name}", float(value), "")
+        else:
+            writer.add(f"fact.{name}", None, "", text=str(value))

@@ -1,0 +1,106 @@
+"""comm_modes from recorded records, without torch: summary -> rules (C3, C17), every outcome reachable."""
+
+import pytest
+from synthetic import GPU_IB, LOOPBACK, SHAPED, launches, noisy
+
+from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
+from hpcbench.experiments.comm_modes.summary import summarize
+from hpcbench.report.ledger import evaluate_claim
+
+PARAMS = {"nodes": 2, "ranks_per_node": 2, "batch_size": 4, "steps": 12}
+
+
+def modes_rows(ratios: dict[str, float], *, seed: int = 0, spread: float = 0.02, grad_ok: bool = True,
+               bucket: float = 25.0, base: float = 1000.0):
+    """One launch: per model, ddp at ``base`` and hierarchical at ``ratio x base``."""
+    rows = []
+    for i, (model, ratio) in enumerate(ratios.items()):
+        for mode, factor in (("ddp", 1.0), ("hierarchical", ratio)):
+            labels = {"model": model, "mode": mode, "bucket_cap_mb": bucket, "scope": "total"}
+            rows.append(("throughput", noisy(base * factor, spread=spread, seed=seed * 31 + i * 7 + len(mode)),
+                         "samples/s", labels))
+            rows.append(("grad_match", 1.0 if (grad_ok or mode == "ddp") else 0.0, "bool",
+                         {"model": model, "mode": mode, "bucket_cap_mb": bucket}))
+    return rows
+
+
+def c3(tmp_path, ratios, n=6, facts=SHAPED, **kw):
+    records = launches(tmp_path, "comm_modes", lambda k: modes_rows(ratios, seed=k, **kw), n,
+                       params=PARAMS, facts=facts, backend="gloo")
+    return evaluate_claim("C3", records)
+
+
+def test_summary_keeps_the_steps_and_flags_wrong_gradients(tmp_path):
+    records = launches(tmp_path, "comm_modes", lambda k: modes_rows({"resnet_tiny": 1.5}, grad_ok=False), 1,
+                       params=PARAMS)
+    summary = summarize(records)
+    hier = summary[summary["mode"] == "hierarchical"].iloc[0]
+    assert len(hier["samples"]) == 12 and hier["throughput_total_p50"] == pytest.approx(1500, rel=0.05)
+    assert not hier["ok"] and "other gradients" in hier["problem"]
+    assert summary[summary["mode"] == "ddp"].iloc[0]["ok"]
+
+
+def test_c3_reproduced_with_an_interval_on_the_shaped_link(tmp_path):
+    row = c3(tmp_path, {"resnet_tiny": 1.6, "gpt2_tiny": 1.5})
+    assert row.verdict == "reproduced", row.measured
+    assert "95 % CI, 6 launches x 12 steps" in row.measured and "reference >= 1.4" in row.measured
+    assert len(row.outcomes) == 2 and all(o.interval.low > o.reference.lower for o in row.outcomes)
+
+
+def test_c3_not_reproduced_when_the_gain_is_small(tmp_path):
+    row = c3(tmp_path, {"resnet_tiny": 1.05, "gpt2_tiny": 1.5})
+    assert row.verdict == "not reproduced", row.measured
+
+
+def test_c3_inconclusive_with_too_few_launches_even_for_a_large_gain(tmp_path):
+    row = c3(tmp_path, {"resnet_tiny": 2.0}, n=3)
+    assert row.verdict == "inconclusive" and "n = 3 launches" in row.measured
+
+
+def test_c3_inconclusive_when_the_interval_straddles_the_band(tmp_path):
+    # Launches alternate 1.2x and 1.6x: the mean sits at the 1.40 bound, the interval on both sides.
+    records = launches(tmp_path, "comm_modes", lambda k: modes_rows({"resnet_tiny": 1.2 if k % 2 else 1.6}, seed=k),
+                       6, params=PARAMS, facts=SHAPED)
+    row = evaluate_claim("C3", records)
+    assert row.verdict == "inconclusive" and "straddles" in row.measured, row.measured
+
+
+@pytest.mark.parametrize("ratio", [1.05, 2.0])
+def test_c3_on_one_loopback_is_inconclusive_whatever_the_value(tmp_path, ratio):
+    row = c3(tmp_path, {"resnet_tiny": ratio}, facts=LOOPBACK)
+    assert row.verdict == "inconclusive" and "not applicable" in row.measured and "loopback" in row.measured
+
+
+def test_c3_drops_launches_whose_gradients_were_wrong_and_names_them(tmp_path):
+    row = c3(tmp_path, {"resnet_tiny": 1.6}, grad_ok=False)
+    assert row.verdict == "inconclusive" and "other gradients" in row.detail
+
+
+def test_c3_failed_tasks_never_count(tmp_path):
+    records = launches(tmp_path, "comm_modes", lambda k: modes_rows({"resnet_tiny": 1.6}, seed=k), 6,
+                       params=PARAMS, facts=SHAPED)
+    statuses = {(r, t): ("failed" if t.endswith("r0") else "done") for r, t in zip(records["run_id"], records["task_id"])}
+    row = evaluate_claim("C3", records, statuses=statuses)
+    assert "5 launches" in row.measured and "task failed" in row.detail
+
+
+def bucket_rows(mtu_ratio: float, seed: int):
+    rows = []
+    for bucket, factor in ((25.0, 1.0), (IB_MTU_BUCKET_MB, mtu_ratio)):
+        rows.append(("throughput", noisy(1000 * factor, seed=seed * 13 + int(factor * 10)), "samples/s",
+                     {"model": "gpt2_tiny", "mode": "ddp", "bucket_cap_mb": bucket, "scope": "total"}))
+    return rows
+
+
+@pytest.mark.parametrize("ratio, verdict", [(1.02, "reproduced"), (0.5, "not reproduced")])
+def test_c17_on_nccl_over_infiniband(tmp_path, ratio, verdict):
+    records = launches(tmp_path, "comm_modes", lambda k: bucket_rows(ratio, k), 6, params=PARAMS, facts=GPU_IB,
+                       backend="nccl")
+    assert evaluate_claim("C17", records).verdict == verdict
+
+
+def test_c17_without_infiniband_is_inconclusive(tmp_path):
+    records = launches(tmp_path, "comm_modes", lambda k: bucket_rows(0.5, k), 6, params=PARAMS, facts=SHAPED,
+                       backend="gloo")
+    row = evaluate_claim("C17", records)
+    assert row.verdict == "inconclusive" and "no active InfiniBand" in row.measured

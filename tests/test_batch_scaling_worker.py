@@ -1,0 +1,54 @@
+"""Batch scaling (C2): config errors, the step-cost model, and notebook 01 run by papermill at tiny sizes."""
+
+import nbformat
+import pandas as pd
+import pytest
+
+from hpcbench.experiments.batch_scaling.config import BatchScalingConfig
+from hpcbench.experiments.batch_scaling.summary import step_cost_model
+from hpcbench.core.errors import ConfigError
+from conftest import execute_notebook
+
+
+@pytest.mark.parametrize("values, field", [
+    ({"factors": [1, 3, 8]}, "factors"),          # 3 does not divide 8: no fixed global batch
+    ({"factors": []}, "factors"),
+    ({"factors": [2, 2]}, "factors"),
+    ({"model": "vgg"}, "model"),
+    ({"mode": "hierarchical", "nodes": 1, "ranks_per_node": 2}, "mode"),
+    ({"regimes": ["bigger"]}, "regimes"),
+    ({"base_batch": 0}, "base_batch"),
+])
+def test_bad_config_names_the_field(values, field):
+    with pytest.raises(ConfigError) as exc:
+        BatchScalingConfig.from_dict(values)
+    assert exc.value.field == field
+
+
+def test_plans_keep_the_global_batch_fixed_when_asked():
+    cfg = BatchScalingConfig.from_dict({"base_batch": 4, "factors": [1, 2, 4, 8]})
+    assert [cfg.plan("larger_batch", f) for f in (1, 8)] == [(4, 1), (32, 1)]
+    assert [cfg.plan("fixed_global_batch", f) for f in (1, 2, 8)] == [(4, 8), (8, 4), (32, 1)]
+
+
+def test_step_cost_model_recovers_a_linear_step():
+    # step = 2 ms per sample + 30 ms per step
+    rows = [{"regime": "larger_batch", "batch_per_step": b, "step_p50_ms": 2 * b + 30} for b in (4, 8, 16, 32)]
+    fit = step_cost_model(pd.DataFrame(rows))
+    assert fit.per_sample_s == pytest.approx(0.002) and fit.per_step_s == pytest.approx(0.030)
+    assert fit.fixed_share_at_1x == pytest.approx(30 / 38)
+    assert fit.gain_bound == pytest.approx(38 / 8)
+    assert "at most 4.75x" in fit.describe()
+
+
+def test_batch_scaling_notebook_runs_tiny(tmp_path):
+    df, _ = execute_notebook("batch_scaling", tmp_path, model="gpt2_tiny", base_batch=2, factors=[1, 4],
+                     steps=2, warmup_steps=1, seq_len=32)
+    tput = df[df["metric"] == "throughput_per_rank"]
+    assert len(tput) == 2 * 2 * 2 and (tput["value"] > 0).all()   # regimes x factors x steps
+    mem = df[df["metric"] == "memory_per_rank"]
+    assert len(mem) == 4 and (mem["value"] > 10).all() and mem["unit"].eq("MiB").all()
+    nb = nbformat.read(tmp_path / "batch_scaling.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "per sample" in text and "C2: " in text and "measured:" in text
+    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)

@@ -1,0 +1,92 @@
+"""The io_formats experiment run for real: notebook under papermill at a tiny size, config, presenter.
+
+Its rules are tested from recorded records in tests/experiments/test_io_formats.py."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from conftest import execute_notebook
+from hpcbench.core.errors import ConfigError
+from hpcbench.core.results import RecordContext, RecordWriter
+from hpcbench.experiments.io_formats.config import IoFormatsConfig
+from hpcbench.experiments.io_formats.summary import summarize, verify_records
+
+# torchvision 0.29 deprecates its JPEG decoder (torchcodec is not in the tested set); it still works.
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
+
+
+TINY = dict(images=24, classes=3, mean_image_kb=20, shard_size=100_000, workers=[0, 2], prefetch_factors=[1],
+            batch_size=4, compute_ms=5, image_size=32)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("io_nb")
+    df, out_dir = execute_notebook("io_formats", tmp, **TINY)
+    return df, out_dir, tmp
+
+
+def test_notebook_runs_tiny(tiny_run):
+    df, out_dir, tmp = tiny_run
+    assert set(df["experiment"]) == {"io_formats"}
+    summary = summarize(df)
+    sweep = summary[summary["phase"] == "sweep"]
+    assert set(sweep["format"]) == {"files", "hdf5", "tfrecord", "tar"}
+    assert len(sweep) == 4 * 2                                   # workers 0, and 2 x prefetch 1
+    assert (sweep["exactly_once"] == 1).all()
+    files_opens = sweep[sweep["format"] == "files"]["opens_per_epoch"]
+    assert (files_opens == TINY["images"]).all()                 # one open per small file
+    assert (sweep[sweep["format"] != "files"]["opens_per_epoch"] < TINY["images"] / 2).all()
+    assert ((sweep["accel_idle"] >= 0) & (sweep["accel_idle"] <= 1)).all()
+    lat = df[df["metric"] == "read_latency"]
+    assert len(lat) >= 9 * TINY["images"]                        # raw samples kept (8 sweep + staged epoch)
+    evicted = df[df["metric"] == "page_cache_resident"]
+    assert evicted["text"].str.contains("evicted|residency unknown").all()
+    # resilience: the corrupted staged shard was repaired and nothing was lost
+    res = df[df["labels"].str.contains('"phase": "resilience"')]
+    assert res[res["metric"] == "repairs"]["value"].sum() >= 1
+    assert res[res["metric"] == "lost_samples"]["value"].sum() == 0
+    assert (res[res["metric"] == "exactly_once"]["value"] == 1).all()
+    assert "FAIL" not in verify_records(df)
+    assert not (out_dir / "data").exists()                       # generated data removed (keep_data off)
+    nb = nbformat.read(tmp / "io_formats.ipynb", as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "C4:" in text and "C5:" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ConfigError, match="formats"):
+        IoFormatsConfig.from_dict({"formats": ["files", "parquet"]})
+    with pytest.raises(ConfigError, match="verify"):
+        IoFormatsConfig.from_dict({"verify": "md5"})
+    with pytest.raises(ConfigError, match="workers"):
+        IoFormatsConfig.from_dict({"workers": []})
+
+
+def test_missing_dataset_path_is_a_clear_error(tmp_path):
+    from hpcbench.data.errors import DatasetNotFoundError
+    from hpcbench.experiments.io_formats.worker import run
+
+    cfg = IoFormatsConfig.from_dict({"dataset": str(tmp_path / "nope")})
+    with RecordWriter(tmp_path / "r.parquet", RecordContext(experiment="io_formats")) as w:
+        with pytest.raises(DatasetNotFoundError, match="nope"):
+            run(cfg, w, tmp_path / "out")
+
+
+def test_presenter_renders_the_tiny_run(tiny_run):
+    from hpcbench.core.results import expand_labels
+    from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.report.aggregate import series_stats
+    from hpcbench.report.kit import ExperimentData
+
+    df = tiny_run[0].assign(source="run")
+    stats = expand_labels(series_stats(df[df["value"].notna()]))
+    text = expand_labels(df[df["value"].isna() & df["text"].notna()])
+    sections = EXPERIMENTS.get("io_formats").present(ExperimentData("io_formats", ["run"], stats, text, None))
+    table = sections[0].tables[0]
+    assert "samples/s" in " ".join(table.columns) and len(table.rows) >= 8
+    assert sections[0].figures and sections[0].figures[0].png_base64

@@ -1,0 +1,258 @@
+"""The guide's claims, the ledger's contract, and the one-package-per-experiment layout."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import hpcbench
+from hpcbench.core import facts, units
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.experiments import EXPERIMENTS, load_all, rule_owners
+from hpcbench.guide.claims import CLAIMS, ClaimError, get_claim
+from hpcbench.report.ledger import NO_VALUE, VERDICTS, evaluate_claim, evaluate_claims
+
+PACKAGE = Path(hpcbench.__file__).parent
+#: Folders that are not shared: each experiment's own package, and benchmarks of named experiments.
+NOT_SHARED = ("experiments/", "bench/")
+
+
+def test_all_17_claims_in_order_once():
+    assert [c.id for c in CLAIMS] == [f"C{i}" for i in range(1, 18)]
+    for claim in CLAIMS:
+        assert claim.wording and claim.section and claim.figures, claim.id
+
+
+def test_get_claim_and_unknown_id_lists_valid_ones():
+    assert get_claim("C16").id == "C16"
+    with pytest.raises(ClaimError) as info:
+        get_claim("C99")
+    assert isinstance(info.value, HpcbenchError) and "C1" in str(info.value) and "C17" in str(info.value)
+
+
+def test_every_ruled_claim_exists_and_has_one_owner():
+    owners = rule_owners()
+    ids = {c.id for c in CLAIMS}
+    assert set(owners) <= ids
+    assert all(len(names) == 1 for names in owners.values()), owners
+    for name in EXPERIMENTS.names():
+        assert set(EXPERIMENTS.get(name).claims) <= ids, name
+
+
+@pytest.mark.parametrize("records", [pd.DataFrame(columns=["experiment"]), pd.DataFrame()], ids=["schema", "bare"])
+def test_empty_records_nothing_fabricated(records):
+    rows = evaluate_claims(records if len(records.columns) else records.assign(experiment=[]))
+    assert [r.claim_id for r in rows] == [c.id for c in CLAIMS]
+    for row in rows:
+        assert row.verdict == "not measured yet" and row.measured == NO_VALUE and row.detail
+        assert row.verdict in VERDICTS
+
+
+def test_not_measured_detail_names_the_owner_or_says_none():
+    rows = {r.claim_id: r for r in evaluate_claims(pd.DataFrame(columns=["experiment"]))}
+    assert "comm_modes" in rows["C3"].detail
+    assert "No hpcbench experiment" in rows["C1"].detail
+
+
+def test_raising_rule_is_inconclusive_and_names_the_error(monkeypatch):
+    spec = EXPERIMENTS.get("comm_modes")
+
+    def broken(claim, evidence):
+        raise ValueError("boom")
+
+    monkeypatch.setitem(spec.rules, "C3", broken)
+    records = pd.DataFrame({"run_id": ["r"], "task_id": ["t"], "experiment": ["comm_modes"], "variant": ["v"],
+                            "repetition": [0], "params": ["{}"], "metric": ["x"], "value": [1.0], "unit": [""],
+                            "labels": ["{}"], "text": [None], "node": ["n"], "step": [0]})
+    row = evaluate_claim("C3", records)
+    assert row.verdict == "inconclusive" and "ValueError: boom" in row.detail
+
+
+def test_predicted_arithmetic_from_the_guides_figures():
+    predicted = get_claim("C3").predicted
+    for base, new, stated in (facts.GUIDE_C3_RESNET, facts.GUIDE_C3_GPT2):
+        gain = (new / base - 1) * 100
+        assert round(gain, 1) == stated and f"+{gain:.1f} %" in predicted
+    assert predicted.count("matches the guide") == 2
+    assert f"420/132 = {420 / 132:.2f}x" in get_claim("C7").predicted
+
+
+def test_guide_figures_quoted_exactly():
+    figures = {c.id: dict(c.figures) for c in CLAIMS}
+    assert figures["C12"]["step-time standard deviation"] == "< 5 %"
+    assert figures["C10"]["NCCL_BUFFSIZE"] == "4194304"
+    assert figures["C6"]["storage latency P99 (Lustre monitoring)"] == "< 50 ms"
+    assert figures["C2"]["per-GPU throughput"] == "+220 %"
+
+
+def test_units_readable():
+    assert units.format_gbps(1.234) == "1.23 GB/s" and units.format_bytes(4 << 20) == "4 MiB"
+
+
+# -- the layout ------------------------------------------------------------------------------
+
+def _shared_modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if not rel.startswith(NOT_SHARED):
+            yield rel, path
+    yield "experiments/__init__.py", PACKAGE / "experiments" / "__init__.py"
+
+
+def test_no_shared_module_names_an_experiment():
+    names = EXPERIMENTS.names()
+    offenders = []
+    for rel, path in _shared_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                offenders.append(f"{rel}:{node.lineno} names {node.value!r}")
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                if module and re.match(r"hpcbench\.experiments\.\w+", module):
+                    offenders.append(f"{rel}:{node.lineno} imports {module}")
+    assert not offenders, offenders
+
+
+def _module_imports(path: Path) -> set[str]:
+    """hpcbench modules imported at module level (function-level imports run late and cannot cycle at import)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hpcbench"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("hpcbench"))
+    return found
+
+
+def test_no_import_cycles():
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = _module_imports(path)
+
+    def edges(name):
+        out = set()
+        for target in modules.get(name, ()):
+            # Importing a.b.c runs a/__init__ and a/b/__init__ first.
+            pieces = target.split(".")
+            for k in range(1, len(pieces) + 1):
+                dep = ".".join(pieces[:k])
+                if dep in modules and dep != name and not name.startswith(dep + "."):
+                    out.add(dep)
+        return out
+
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name):
+        state[name] = 1
+        stack.append(name)
+        for dep in edges(name):
+            if state.get(dep) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(dep):] + [dep]))
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[name] = 2
+
+    for name in sorted(modules):
+        if name not in state:
+            visit(name)
+
+
+TRIVIAL = '''"""A throw-away experiment: one package is all it takes."""
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from hpcbench.core.config import Config, param
+from hpcbench.experiments import Experiment, register
+from hpcbench.report.ledger import Judgement
+
+
+@dataclass
+class TrivialConfig(Config):
+    n: int = param(3, "how many values to write", min=1)
+
+
+def summarize(records):
+    rows = records[records["metric"] == "value"]
+    return pd.DataFrame([{"n": len(rows), "samples": tuple(rows["value"])}])
+
+
+def rule(claim, evidence):
+    n = int(evidence.summaries["n"].sum())
+    return Judgement("inconclusive", f"{n} values", "a throw-away rule")
+
+
+SPEC = register(Experiment(name="zz_trivial", notebook="99_zz_trivial.ipynb", config=TrivialConfig,
+                           description="throw-away", summarize=summarize, rules={"C13": rule}))
+'''
+
+
+def _notebook(params_src: str, code: str):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cell = nbformat.v4.new_code_cell(params_src)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, nbformat.v4.new_code_cell(code)]
+    return nb
+
+
+@pytest.mark.slow
+def test_adding_an_experiment_is_one_package_and_one_notebook(tmp_path, monkeypatch):
+    """Files touched to add an experiment: its package and its notebook, nothing shared."""
+    import nbformat
+    import papermill as pm
+
+    from hpcbench.core.results import find_record_files, read_records
+    from hpcbench.run.task import CONTEXT_DEFAULTS
+
+    package = PACKAGE / "experiments" / "zz_trivial"
+    notebooks = tmp_path / "notebooks"
+    shutil.copytree(PACKAGE.parent / "notebooks", notebooks)
+    params = "n = 3\n" + "".join(f"{k} = {v!r}\n" for k, v in CONTEXT_DEFAULTS.items())
+    code = ('from hpcbench.run.task import Task\n'
+            'task = Task.from_namespace("zz_trivial", globals())\n'
+            'with task.writer() as w:\n'
+            '    for k in range(task.config.n):\n'
+            '        w.add("value", float(k), "", step=k)\n')
+    nbformat.write(_notebook(params, code), notebooks / "99_zz_trivial.ipynb")
+    monkeypatch.setenv("HPCBENCH_NOTEBOOKS", str(notebooks))
+    package.mkdir()
+    try:
+        (package / "__init__.py").write_text(TRIVIAL)
+        load_all()
+        spec = EXPERIMENTS.get("zz_trivial")
+        assert rule_owners()["C13"] == ["zz_trivial"]
+        out = tmp_path / "task"
+        pm.execute_notebook(str(spec.notebook_path()), str(tmp_path / "out.ipynb"),
+                            parameters={"n": 4, "output_dir": str(out)}, kernel_name="python3", progress_bar=False)
+        records = pd.concat([read_records(p) for p in find_record_files(out)], ignore_index=True)
+        row = evaluate_claim("C13", records)
+        assert row.measured == "4 values" and row.experiment == "zz_trivial"
+        saved = json.loads((out / "config.json").read_text())
+        assert saved["config"] == {"n": 4}
+    finally:
+        shutil.rmtree(package, ignore_errors=True)
+        EXPERIMENTS._items.pop("zz_trivial", None)
+        for mod in [m for m in sys.modules if m.startswith("hpcbench.experiments.zz_trivial")]:
+            del sys.modules[mod]
+
+
+def test_facts_match_the_libraries_they_describe():
+    import torch.distributed as dist
+
+    assert dist._DEFAULT_FIRST_BUCKET_BYTES == facts.DDP_FIRST_BUCKET_BYTES

@@ -1,0 +1,268 @@
+"""Publishing reports into a site: report.json, unique slugs, the index page, bad input, Chromium.
+
+The reports are real: built by ``build_report`` from run directories made by
+``test_report.make_run``, with a fake claims module whose verdicts are known per run, so
+the counts the index must show are worked out by hand below. One report uses the real
+claims to check that report.json counts every claim of the ledger exactly once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+
+from hpcbench.cli import main
+from hpcbench.core.errors import HpcbenchError
+from hpcbench.report import build_report, ledger
+from hpcbench.report.publish import (DIFFERS, PUBLICATIONS_JSON, REPORT_JSON, load_publications,
+                                     publish_report, report_manifest, write_report_manifest)
+
+from conftest import render_in_chromium
+from test_report import EXPECTED_CLAIMS, FakeRow, _table, make_run
+
+#: The fake claims' verdicts per run; beta disagrees with alpha on C2 only.
+ALPHA = {"C1": "reproduced", "C2": "reproduced", "C3": "not reproduced", "C4": "inconclusive",
+         "C5": "not measured yet", "C6": "context"}
+BETA = {**ALPHA, "C2": "not reproduced"}
+#: alpha alone: C1 C2 reproduced, C3 not reproduced, C4 inconclusive, C5 not measured yet, C6 context.
+ALPHA_COUNTS = {"reproduced": 2, "not reproduced": 1, "inconclusive": 1, "not measured yet": 1, "context": 1}
+#: alpha + beta: C2 differs, so it leaves "reproduced" and counts once under DIFFERS.
+PAIR_COUNTS = {"reproduced": 1, "not reproduced": 1, "inconclusive": 1, "not measured yet": 1, "context": 1,
+               DIFFERS: 1}
+DAY1 = dt.datetime(2025, 3, 1, 10, 0, tzinfo=dt.timezone.utc)
+DAY2 = dt.datetime(2025, 3, 2, 9, 30, tzinfo=dt.timezone.utc)
+
+
+def fake_evaluate_claims(records, **_context):
+    """Stands in for the ledger's evaluate_claims: verdicts known per run (by the records' run_id)."""
+    table = BETA if set(records["run_id"]) == {"beta"} else ALPHA
+    return [FakeRow(cid, "1.1", f"claim {cid}", None, None, None, verdict, "", "collectives")
+            for cid, verdict in table.items()]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    alpha, beta = make_run(root, "alpha"), make_run(root, "beta", scale=0.5)
+    info = json.loads((beta / "run.json").read_text())
+    (beta / "run.json").write_text(json.dumps({**info, "suite": "nightly"}))
+    return alpha, beta
+
+
+@pytest.fixture(scope="module")
+def reports(runs, cluster, tmp_path_factory) -> tuple[Path, Path]:
+    """Two report folders: ``alpha`` (one run) and ``pair`` (alpha and beta side by side)."""
+    out = tmp_path_factory.mktemp("reports")
+    alpha, beta = runs
+    with pytest.MonkeyPatch.context() as mp:
+        # The report looks evaluate_claims up in the ledger module at each build.
+        mp.setattr(ledger, "evaluate_claims", fake_evaluate_claims)
+        build_report([alpha], out / "alpha", scheduler=cluster.scheduler_address, progress=lambda _: None)
+        build_report([alpha, beta], out / "pair", scheduler=cluster.scheduler_address,
+                     title="alpha & beta <compared>", progress=lambda _: None)
+    return out / "alpha", out / "pair"
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def index_rows(html: str) -> list[dict]:
+    """The rows of the site index's table, in page order."""
+    body = re.search(r'<table id="publications">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    rows = []
+    for slug, row in re.findall(r'<tr id="pub-([^"]+)">(.*?)</tr>', body, re.S):
+        def cell(cls: str) -> str:
+            return re.search(rf'<td class="{cls}">(.*?)</td>', row, re.S).group(1)
+
+        rows.append({
+            "slug": slug,
+            "title": re.sub(r"<span.*", "", cell("title"), flags=re.S).strip(),
+            "suite": cell("suite"), "hosts": cell("hosts"), "published": cell("published"),
+            "counts": {c.replace("-", " "): n for c, n in re.findall(r'<td class="count ([a-z-]+)">(.*?)</td>', row)},
+            "links": re.findall(r'<a href="([^"]+)">', row),
+        })
+    return rows
+
+
+# -- report.json -------------------------------------------------------------------
+
+def test_report_json_holds_runs_and_verdict_counts(reports, runs):
+    alpha_report, pair_report = reports
+    alpha = json.loads((alpha_report / REPORT_JSON).read_text())
+    assert alpha["title"] == "hpcbench report: alpha"  # the page's default title
+    assert "<title>hpcbench report: alpha</title>" in (alpha_report / "index.html").read_text()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", alpha["generated"])
+    assert alpha["claims"] == 6 and alpha["verdicts"] == ALPHA_COUNTS
+    [run] = alpha["runs"]
+    assert (run["label"], run["suite"], run["host"], run["run_dir"]) == ("alpha", "smoke", "alpha-login",
+                                                                          str(runs[0]))
+    pair = json.loads((pair_report / REPORT_JSON).read_text())
+    assert pair["title"] == "alpha & beta <compared>"
+    assert pair["claims"] == 6 and pair["verdicts"] == PAIR_COUNTS
+    assert [(r["label"], r["suite"], r["host"]) for r in pair["runs"]] == [
+        ("alpha", "smoke", "alpha-login"), ("beta", "nightly", "beta-login")]
+    assert pair["runs"][1]["verdicts"] == {**ALPHA_COUNTS, "reproduced": 1, "not reproduced": 2}
+
+
+def test_report_json_counts_every_real_claim_once(runs, cluster, tmp_path):
+    """With the real claims module: the counts add up to the ledger's rows."""
+    index = build_report([runs[0]], tmp_path / "real", scheduler=cluster.scheduler_address,
+                         progress=lambda _: None)
+    manifest = json.loads((tmp_path / "real" / REPORT_JSON).read_text())
+    ledger = _table(index.read_text(), "claims-ledger")
+    n_rows = re.search(r"<tbody>(.*?)</tbody>", ledger, re.S).group(1).count("<tr")
+    assert manifest["claims"] == n_rows == EXPECTED_CLAIMS
+    assert sum(manifest["verdicts"].values()) == EXPECTED_CLAIMS
+    assert DIFFERS not in manifest["verdicts"]  # one run cannot disagree with itself
+
+
+# -- publishing --------------------------------------------------------------------
+
+def test_two_reports_listed_newest_first_with_their_counts(reports, tmp_path):
+    alpha_report, pair_report = reports
+    site = tmp_path / "site"
+    first = publish_report(alpha_report, site, now=DAY1)
+    second = publish_report(pair_report, site, now=DAY2)
+    assert (first.slug, second.slug) == ("alpha-2025-03-01", "pair-2025-03-02")
+    # The whole folder is copied, byte for byte.
+    assert _snapshot(site / first.slug) == _snapshot(alpha_report)
+    assert _snapshot(site / second.slug) == _snapshot(pair_report)
+    # The data: in publication order, with what the index shows.
+    data = load_publications(site)
+    assert [p.slug for p in data] == [first.slug, second.slug]
+    assert data[1].suites == ["smoke", "nightly"] and data[1].hosts == ["alpha-login", "beta-login"]
+    assert json.loads((site / PUBLICATIONS_JSON).read_text())["publications"][0]["published"] == \
+        "2025-03-01T10:00:00Z"
+    html = (site / "index.html").read_text()
+    rows = index_rows(html)
+    assert [r["slug"] for r in rows] == ["pair-2025-03-02", "alpha-2025-03-01"]
+    pair, alpha = rows
+    assert pair["title"] == "alpha &amp; beta &lt;compared&gt;"
+    assert (pair["suite"], pair["hosts"]) == ("smoke, nightly", "alpha-login, beta-login")
+    assert pair["counts"] == {"reproduced": "1", "not reproduced": "1", "inconclusive": "1",
+                              "not measured yet": "1"}
+    assert f"1 claim(s) {DIFFERS}" in html
+    assert alpha["title"] == "hpcbench report: alpha" and alpha["published"] == "2025-03-01 10:00:00 UTC"
+    assert (alpha["suite"], alpha["hosts"]) == ("smoke", "alpha-login")
+    assert alpha["counts"] == {"reproduced": "2", "not reproduced": "1", "inconclusive": "1",
+                               "not measured yet": "1"}
+    assert alpha["links"] == ["alpha-2025-03-01/index.html"]
+    assert "<script" not in html.lower() and "<link" not in html
+
+
+def test_republishing_gets_a_new_slug_and_keeps_the_first(reports, tmp_path):
+    report = tmp_path / "alpha"
+    shutil.copytree(reports[0], report)
+    site = tmp_path / "site"
+    first = publish_report(report, site, now=DAY1)
+    kept = _snapshot(site / first.slug)
+    (report / "index.html").write_text("<!DOCTYPE html><title>second edition</title>")
+    (report / "extra.txt").write_text("a file that came later")
+    second = publish_report(report, site, now=DAY1 + dt.timedelta(hours=1))
+    assert (first.slug, second.slug) == ("alpha-2025-03-01", "alpha-2025-03-01-2")
+    assert _snapshot(site / first.slug) == kept  # the first publication is untouched
+    assert (site / second.slug / "index.html").read_text().endswith("second edition</title>")
+    assert (site / second.slug / "extra.txt").is_file() and not (site / first.slug / "extra.txt").exists()
+    assert [r["slug"] for r in index_rows((site / "index.html").read_text())] == [second.slug, first.slug]
+    # A third time on the same day and second, through the CLI: the later-recorded is listed first.
+    assert main(["publish", str(report), "--to", str(site)]) == 0
+    slugs = [p.slug for p in load_publications(site)]
+    assert len(slugs) == len(set(slugs)) == 3
+    assert index_rows((site / "index.html").read_text())[0]["slug"] == slugs[-1]
+
+
+def test_folder_without_index_html_is_named_and_nothing_is_written(reports, tmp_path, capsys):
+    not_a_report = tmp_path / "notes"
+    not_a_report.mkdir()
+    (not_a_report / REPORT_JSON).write_text((reports[0] / REPORT_JSON).read_text())
+    fresh_site = tmp_path / "fresh-site"
+    with pytest.raises(HpcbenchError, match=re.escape(f"{not_a_report}: not a report folder (no index.html)")):
+        publish_report(not_a_report, fresh_site)
+    assert not fresh_site.exists()
+    # A site that already holds a publication is left exactly as it was; the CLI exits 2.
+    site = tmp_path / "site"
+    publish_report(reports[0], site, now=DAY1)
+    before = _snapshot(site)
+    assert main(["publish", str(not_a_report), "--to", str(site)]) == 2
+    err = capsys.readouterr().err
+    assert f"{not_a_report}: not a report folder" in err
+    assert _snapshot(site) == before
+    missing = tmp_path / "no-such-report"
+    with pytest.raises(HpcbenchError, match=re.escape(str(missing))):
+        publish_report(missing, site)
+    assert _snapshot(site) == before
+
+
+def test_other_bad_input_names_the_file_and_writes_nothing(reports, tmp_path):
+    old = tmp_path / "old-report"
+    old.mkdir()
+    (old / "index.html").write_text("<html></html>")
+    site = tmp_path / "site"
+    with pytest.raises(HpcbenchError, match=re.escape(f"{old / REPORT_JSON}: missing")):
+        publish_report(old, site)
+    (old / REPORT_JSON).write_text("{not json")
+    with pytest.raises(HpcbenchError, match=re.escape(f"{old / REPORT_JSON}: report.json is not readable JSON")):
+        publish_report(old, site)
+    assert not site.exists()
+    site.mkdir()
+    (site / PUBLICATIONS_JSON).write_text(json.dumps({"schema": 1, "publications": [{"slug": "x"}]}))
+    with pytest.raises(HpcbenchError, match=re.escape(f"{site / PUBLICATIONS_JSON}: publications[0]")):
+        publish_report(reports[0], site)
+    assert sorted(p.name for p in site.iterdir()) == [PUBLICATIONS_JSON]
+    inside = tmp_path / "report-copy"
+    shutil.copytree(reports[0], inside)
+    with pytest.raises(HpcbenchError, match="inside the report folder"):
+        publish_report(inside, inside / "site")
+    assert not (inside / "site").exists()
+
+
+def test_index_escapes_every_text(tmp_path):
+    """report.json written by the same code build_report uses, with hostile strings."""
+    report = tmp_path / "hostile"
+    report.mkdir()
+    (report / "index.html").write_text("<html></html>")
+    source = types.SimpleNamespace(label="x", run_dir=tmp_path / "run",
+                                   info={"suite": "<b>suite</b>", "host": "<img src=x onerror=alert(1)>"})
+    write_report_manifest(report, report_manifest("<script>alert(1)</script>", [source],
+                                                  {"x": {"C1": "reproduced"}}))
+    site = tmp_path / "site"
+    publish_report(report, site)
+    html = (site / "index.html").read_text()
+    assert "<script" not in html.lower() and "<img" not in html and "<b>" not in html
+    [row] = index_rows(html)
+    assert row["title"] == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert row["suite"] == "&lt;b&gt;suite&lt;/b&gt;"
+    assert row["hosts"] == "&lt;img src=x onerror=alert(1)&gt;"
+    assert row["counts"] == {"reproduced": "1", "not reproduced": "0", "inconclusive": "0",
+                             "not measured yet": "0"}
+
+
+# -- Chromium ----------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_index_renders_in_headless_chromium(reports, chromium, tmp_path):
+    site = tmp_path / "site"
+    for report, when in zip(reports, (DAY1, DAY2)):
+        publish_report(report, site, now=when)
+    page = render_in_chromium(chromium, site / "index.html", tmp_path)
+    assert page.pixel_std > 0.02  # not a blank page
+    assert page.js_errors == []
+    table = re.search(r'<table id="publications">.*?</table>', page.dom, re.S).group(0)
+    header = re.findall(r"<th>(.*?)</th>", table)
+    assert header == ["published", "report", "suite", "cluster / hosts", "reproduced", "not reproduced",
+                      "inconclusive", "not measured yet", "link"]
+    rows = index_rows(page.dom)
+    assert [r["slug"] for r in rows] == ["pair-2025-03-02", "alpha-2025-03-01"]
+    assert [r["counts"]["reproduced"] for r in rows] == ["1", "2"]
+    for row in rows:
+        [href] = row["links"]
+        target = site / href
+        assert target.is_file() and target.read_bytes() == (reports[row["slug"] == "pair-2025-03-02"] /
+                                                             "index.html").read_bytes()
