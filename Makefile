@@ -40,9 +40,11 @@ demo: setup
 # Root, slurm-wlm and munge: brings the emulated cluster up, calibrates its link to the guide's
 # inter/intra-node bandwidth ratio (NICS InfiniBand NICs per 8-GPU node), runs the reproduce suite
 # (5 launches of every experiment) and takes the cluster down again.
+# `make reproduce REPRODUCE_ARGS="--resume results/reproduce-..."` reruns only what failed, on the same link.
 NICS ?= 8
+REPRODUCE_ARGS ?=
 reproduce: setup
-	$(PY) -m hpcbench.run.reproduce --nics $(NICS) --report reports/reproduce
+	$(PY) -m hpcbench.run.reproduce --nics $(NICS) --report reports/reproduce $(REPRODUCE_ARGS)
 
 bench: setup
 	$(PY) -m hpcbench.bench.collectives_overhead

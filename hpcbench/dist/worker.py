@@ -11,8 +11,10 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Callable
 
 from hpcbench.dist.launcher import FAILURE_MARKER, PROGRESS_PREFIX
 from hpcbench.dist.topology import Topology
@@ -36,6 +38,36 @@ def resolve_backend(requested: str, ranks_per_node: int) -> str:
     if torch.cuda.is_available() and torch.cuda.device_count() >= ranks_per_node:
         return "nccl"
     return "gloo"
+
+
+@dataclass(frozen=True)
+class Rank:
+    """What every distributed entry point starts from (the rank prologue, written once here)."""
+
+    backend: str
+    device: Any
+    sync: Callable[[], None]
+    """Waits for the device's queued work (a no-op on CPU): call it before reading a clock."""
+    lead: bool
+    """Rank 0: the one that writes per-run rows."""
+
+
+def rank_setup(cfg: Any, topo: Topology) -> Rank:
+    """Check the launch against the config's layout and pick this rank's device.
+
+    Raises:
+        RuntimeError: the launcher started another layout than ``cfg.nodes x cfg.ranks_per_node``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if topo.world_size != cfg.nodes * cfg.ranks_per_node:
+        raise RuntimeError(f"launched {topo.describe()}, config asks for {cfg.nodes} x {cfg.ranks_per_node}")
+    backend = dist.get_backend()
+    cuda = backend == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    return Rank(backend=backend, device=device, sync=torch.cuda.synchronize if cuda else (lambda: None),
+                lead=topo.rank == 0)
 
 
 def progress(message: str) -> None:

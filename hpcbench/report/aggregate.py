@@ -362,7 +362,8 @@ def summarize_on_cluster(client, records_by_source: dict[str, pd.DataFrame]) -> 
     for label, frame in records_by_source.items():
         for name in sorted(set(frame["experiment"])) if len(frame) else []:
             if name in EXPERIMENTS and EXPERIMENTS.get(name).summarize is not None:
-                part = frame[frame["experiment"] == name]
+                # Scattered first: a frame embedded in the task graph would travel with the graph.
+                part = client.scatter(frame[frame["experiment"] == name])
                 jobs.append((label, name, client.submit(_summarize_experiment, part, name, pure=False)))
     out: dict[str, dict[str, pd.DataFrame]] = {label: {} for label in records_by_source}
     for (label, name, _), frame in zip(jobs, client.gather([f for *_, f in jobs])):

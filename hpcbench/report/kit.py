@@ -223,6 +223,29 @@ def pick(stats: pd.DataFrame, metric: str, **where: object) -> pd.DataFrame:
 # -- batch_scaling ---------------------------------------------------------------
 
 
+LAUNCH_CAPTION = "Per launch: the medians the claims ledger's rules pair and pool"
+
+
+def launch_table(summaries: pd.DataFrame, columns: Sequence[str], *, caption: str) -> Table | None:
+    """Every launch's summary rows: the very numbers the ledger's rules read (per launch, before pooling).
+
+    Args:
+        summaries: :attr:`ExperimentData.summaries` (the experiment's ``summarize`` per launch).
+        columns: the summary columns to show, after source, variant and repetition.
+    """
+    if summaries is None or not len(summaries):
+        return None
+    shown = [c for c in columns if c in summaries.columns]
+    keys = [c for c in ("source", "variant", "repetition") if c in summaries.columns]
+    frame = summaries.sort_values(keys + shown[:2], kind="stable")
+    rows = [[Cell(str(r[k])) for k in keys]
+            + [Cell(fmt_number(r[c]) if not isinstance(r[c], str) else r[c]) for c in shown]
+            + [Cell("" if r.get("ok", True) is not False else str(r.get("problem") or "check failed"),
+                    "fail" if r.get("ok", True) is False else "")]
+            for _, r in frame.iterrows()]
+    return Table(columns=keys + shown + ["not counted because"], rows=rows, caption=caption, collapsed=True)
+
+
 def page_template(name: str):
     """A page template of this package (``template.html``, ``publish_index.html``; both extend
     ``page.html``), with autoescape on: every value is escaped, nothing is marked safe."""

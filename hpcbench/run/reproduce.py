@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +31,8 @@ from hpcbench.core.results import find_record_files, read_records
 
 NVLINK_GBPS = LINK_PEAKS_GBPS["NVLink 3 (A100, per GPU)"]
 HDR_GBPS = LINK_PEAKS_GBPS["HDR InfiniBand (200 Gb/s)"]
-CALIBRATION_BYTES = 16 << 20
+#: A shipped suite: one 16 MiB all_reduce inside one node of 2 ranks.
+CALIBRATION_SUITE = "reproduce-calibration"
 RANKS_PER_NODE = 2
 #: tc needs at least 1 Mbit/s for SLURM's own messages; the emulation caps the link here too.
 MIN_LINK_MBIT, MAX_LINK_MBIT = 10, 10_000
@@ -50,12 +52,6 @@ def link_rate_mbit(intra_gbps: float, nics_per_node: int, ranks_per_node: int = 
     return int(min(max(round(mbit), MIN_LINK_MBIT), MAX_LINK_MBIT))
 
 
-def calibration_suite() -> dict:
-    return {"name": "reproduce-calibration", "tasks": [{"experiment": "collectives", "params": {
-        "nodes": 1, "ranks_per_node": RANKS_PER_NODE, "ops": ["all_reduce"], "groups": ["world"],
-        "min_bytes": CALIBRATION_BYTES, "max_bytes": CALIBRATION_BYTES, "warmup_iters": 3, "iters": 10}}]}
-
-
 def intra_node_busbw(run_dir: Path) -> float:
     """Median busbw (GB/s) of the calibration run's intra-node all_reduce."""
     files = find_record_files(run_dir / "tasks")
@@ -66,12 +62,22 @@ def intra_node_busbw(run_dir: Path) -> float:
     return float(busbw["value"].median())
 
 
+def recorded_link_rate(run_dir: Path) -> str:
+    """The shaped link rate an earlier run recorded (``fact.link_rate_bps``), as a tc rate."""
+    for path in find_record_files(run_dir / "tasks"):
+        frame = read_records(path)
+        rates = frame[(frame["metric"] == "fact.link_rate_bps") & frame["value"].notna()]["value"]
+        if len(rates):
+            return f"{int(round(rates.iloc[0] / 1e6))}mbit"
+    raise HpcbenchError(f"{run_dir} records no shaped link rate (fact.link_rate_bps); pass --link-rate")
+
+
 def main(argv: list[str] | None = None) -> int:
     from hpcbench.cluster import ClusterSpec, check_prerequisites, cluster_down, cluster_up, reshape_links
     from hpcbench.report import build_report
-    from hpcbench.run.rundir import new_run_dir
-    from hpcbench.run.runner import run_suite
-    from hpcbench.run.suite import load_suite, parse_suite
+    from hpcbench.run.rundir import new_run_dir, read_statuses
+    from hpcbench.run.runner import resume_suite, run_suite
+    from hpcbench.run.suite import load_suite
 
     ap = argparse.ArgumentParser(prog="hpcbench reproduce", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nics", type=int, default=8, help="InfiniBand NICs per 8-GPU node on the guide's platform "
@@ -81,13 +87,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default="reports/reproduce", help="report folder")
     ap.add_argument("--state", default="/tmp/hpcbench-reproduce", help="the emulated cluster's state dir")
     ap.add_argument("--link-rate", help="skip the calibration and shape the link to this tc rate (e.g. 800mbit)")
+    ap.add_argument("--resume", metavar="RUN_DIR", help="rerun only the failed or missing tasks of an earlier "
+                                                        "reproduce run, on a link shaped as that run's was")
     args = ap.parse_args(argv)
     guide_ratio(args.nics)  # a bad --nics fails before anything starts
     suite = load_suite(args.suite)
+    if args.resume:
+        # The same link as the first attempt, or its launches would land in another group.
+        args.link_rate = args.link_rate or recorded_link_rate(Path(args.resume))
     missing = check_prerequisites()
     if missing:
         print("hpcbench reproduce needs root and: " + "; ".join(missing), file=sys.stderr)
         return 2
+    # SIGTERM (a killed job, a closed session) must still take the cluster down: turn it into an
+    # exit that runs the finally below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     info = cluster_up(ClusterSpec(nodes=2, link_rate=f"{MAX_LINK_MBIT}mbit", link_delay="0ms",
                                   state_dir=args.state))
     os.environ.update(info.env())
@@ -96,16 +110,22 @@ def main(argv: list[str] | None = None) -> int:
             rate = args.link_rate
         else:
             calib = Path(tempfile.mkdtemp(prefix="hpcbench-calibration-")) / "run"
-            run_suite(parse_suite(calibration_suite()), calib, backend="slurm", progress=False)
+            run_suite(load_suite(CALIBRATION_SUITE), calib, backend="slurm", progress=False)
             intra = intra_node_busbw(calib)
             rate = f"{link_rate_mbit(intra, args.nics)}mbit"
             print(f"calibration: intra-node all_reduce busbw {intra:.3g} GB/s per rank; the guide's platform "
                   f"with {args.nics} NIC(s) per node has a 1:{guide_ratio(args.nics):.0f} inter/intra ratio "
                   f"-> node link {rate}", flush=True)
         reshape_links(args.state, link_rate=rate)
-        run_dir = new_run_dir(Path(args.out), suite.name)
-        statuses = run_suite(suite, run_dir, backend="slurm")
-        failed = [s.task_id for s in statuses if s.state != "done"]
+        # One job at a time: the emulated nodes share this machine's cores, and two benchmarks
+        # running side by side would measure each other.
+        if args.resume:
+            run_dir = Path(args.resume)
+            resume_suite(run_dir, backend="slurm", jobs=1)
+        else:
+            run_dir = new_run_dir(Path(args.out), suite.name)
+            run_suite(suite, run_dir, backend="slurm", jobs=1)
+        failed = [s.task_id for s in read_statuses(run_dir) if s.state != "done"]
         index = build_report([run_dir], args.report)
         print(f"report: {index.resolve()}")
         if failed:

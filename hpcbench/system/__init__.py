@@ -1,1 +1,4 @@
-"""Facts about the machine and the launch: the inventory probes (:mod:`inventory`) and the facts that decide applicability (:mod:`facts`)."""
+"""Facts about the machine and the launch.
+
+:mod:`inventory`: the environment probes; :mod:`facts`: the recorded facts rules read applicability from.
+"""

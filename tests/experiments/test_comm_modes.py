@@ -79,7 +79,8 @@ def test_c3_drops_launches_whose_gradients_were_wrong_and_names_them(tmp_path):
 def test_c3_failed_tasks_never_count(tmp_path):
     records = launches(tmp_path, "comm_modes", lambda k: modes_rows({"resnet_tiny": 1.6}, seed=k), 6,
                        params=PARAMS, facts=SHAPED)
-    statuses = {(r, t): ("failed" if t.endswith("r0") else "done") for r, t in zip(records["run_id"], records["task_id"])}
+    statuses = {(run, task): ("failed" if task.endswith("r0") else "done")
+                for run, task in zip(records["run_id"], records["task_id"])}
     row = evaluate_claim("C3", records, statuses=statuses)
     assert "5 launches" in row.measured and "task failed" in row.detail
 
@@ -104,3 +105,12 @@ def test_c17_without_infiniband_is_inconclusive(tmp_path):
                        backend="gloo")
     row = evaluate_claim("C17", records)
     assert row.verdict == "inconclusive" and "no active InfiniBand" in row.measured
+
+
+def test_bucket_findings_without_the_no_op_run(tmp_path):
+    # measure_noop off logs no bucket layout: the findings say so instead of failing the notebook.
+    from hpcbench.experiments.comm_modes.summary import bucket_findings
+
+    records = launches(tmp_path, "comm_modes", lambda k: bucket_rows(0.5, k), 1, params=PARAMS)
+    lines = bucket_findings(summarize(records))
+    assert "reaches 50%" in lines[0] and "not logged (measure_noop off)" in lines[0]

@@ -81,19 +81,15 @@ def run_worker(cfg: BatchScalingConfig, topo: Topology, writer: RecordWriter) ->
     import torch
     import torch.distributed as dist
 
-    from hpcbench.dist.worker import progress
+    from hpcbench.dist.worker import progress, rank_setup
 
-    if topo.world_size != cfg.nodes * cfg.ranks_per_node:
-        raise RuntimeError(f"launched {topo.describe()}, config asks for {cfg.nodes} x {cfg.ranks_per_node}")
-    backend = dist.get_backend()
-    cuda = backend == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    rank = rank_setup(cfg, topo)
+    cuda, device, sync = rank.backend == "nccl", rank.device, rank.sync
     spec = MODELS.get(cfg.model)
     torch.manual_seed(cfg.seed)
     base = spec.build().to(device)
     items_per_sample = spec.items_per_sample(seq_len=cfg.seq_len)
-    lead = topo.rank == 0
+    lead = rank.lead
     for regime in cfg.regimes:
         for factor in sorted(cfg.factors):  # ascending: RSS never shrinks, so each value bounds its own need
             micro, accum = cfg.plan(regime, factor)

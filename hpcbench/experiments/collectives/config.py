@@ -9,11 +9,7 @@ from hpcbench.core.facts import NCCL_SOCKET_THREADS_LIMIT
 from hpcbench.dist.topology import GROUP_KINDS
 
 OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-
-
 NCCL_GLOO_REASON = "not applicable: NCCL settings have no effect on the gloo backend"
-
-
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
 
 

@@ -22,8 +22,6 @@ from hpcbench.report.verdict import Reference
 
 #: A tuned/default busbw ratio counts as an improvement from here (5 % is run-to-run noise on a fabric).
 C10_GAIN = 1.05
-
-
 #: The collectives config fields that set NCCL variables (0 / "" leave them unset).
 NCCL_SETTING_FIELDS = {"nccl_algo": "NCCL_ALGO", "nccl_buffsize": "NCCL_BUFFSIZE",
                        "nccl_nsocks_perthread": "NCCL_NSOCKS_PERTHREAD",

@@ -151,13 +151,10 @@ def run_worker(cfg: CollectivesConfig, topo: Topology, writer: RecordWriter) -> 
     import torch
     import torch.distributed as dist
 
-    from hpcbench.dist.worker import progress
+    from hpcbench.dist.worker import progress, rank_setup
 
-    if topo.world_size != cfg.nodes * cfg.ranks_per_node:
-        raise RuntimeError(f"launched {topo.describe()}, config asks for {cfg.nodes} x {cfg.ranks_per_node}")
-    backend = dist.get_backend()
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    rank = rank_setup(cfg, topo)
+    backend, device, sync = rank.backend, rank.device, rank.sync
     dtype = getattr(torch, cfg.dtype)
     elem = DTYPES[cfg.dtype]
     sizes = size_sweep(cfg.min_bytes, cfg.max_bytes, cfg.step_factor)

@@ -84,6 +84,12 @@ def mode_gains(summary: Any, baseline: str = "ddp") -> Any:
     return pd.DataFrame(rows)
 
 
+def _buckets(row: Any) -> str:
+    """The bucket count, known only when the no-op run logged the layout (``measure_noop``)."""
+    n = row["buckets"]
+    return "bucket count not logged (measure_noop off)" if n is None or n != n else f"{n:.0f} buckets"
+
+
 def bucket_findings(summary: Any) -> list[str]:
     """Sentences on the bucket sweep (C17): where the optimum lies, and the MTU-sized bucket."""
     lines = []
@@ -92,12 +98,12 @@ def bucket_findings(summary: Any) -> list[str]:
             continue
         best = g.loc[g["throughput_total_p50"].idxmax()]
         text = (f"{model} / {mode}: best throughput at bucket_cap_mb={best['bucket_cap_mb']:g} "
-                f"({best['throughput_total_p50']:.4g} {best['unit']}, {best['buckets']:.0f} buckets)")
+                f"({best['throughput_total_p50']:.4g} {best['unit']}, {_buckets(best)})")
         mtu = g[(g["bucket_cap_mb"] - IB_MTU_BUCKET_MB).abs() < 1e-12]
         if len(mtu):
             m = mtu.iloc[0]
             text += (f"; the 4 KiB (IB MTU) bucket reaches {m['throughput_total_p50'] / best['throughput_total_p50']:.0%} "
-                     f"of it with {m['buckets']:.0f} buckets (a 4 KiB cap closes a bucket at nearly every "
+                     f"of it with {_buckets(m)} (a 4 KiB cap closes a bucket at nearly every "
                      f"parameter tensor, so each pays a collective's latency)")
         lines.append(text)
     lines.append(f"PyTorch's first bucket: DDP caps the first bucket (the last layers' gradients, ready "

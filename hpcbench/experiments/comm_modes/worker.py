@@ -26,12 +26,6 @@ GRAD_RTOL, GRAD_ATOL = 1e-5, 1e-6
 # -- the experiment -------------------------------------------------------------------
 
 
-def _sync(device: Any) -> Callable[[], None]:
-    import torch
-
-    return torch.cuda.synchronize if getattr(device, "type", "cpu") == "cuda" else (lambda: None)
-
-
 def _grads(model: Any) -> list[Any]:
     return [p.grad.detach().clone() if p.grad is not None else None for p in model.parameters()]
 
@@ -77,14 +71,10 @@ def run_worker(cfg: CommModesConfig, topo: Topology, writer: RecordWriter) -> No
     import torch
     import torch.distributed as dist
 
-    from hpcbench.dist.worker import progress
+    from hpcbench.dist.worker import progress, rank_setup
 
-    if topo.world_size != cfg.nodes * cfg.ranks_per_node:
-        raise RuntimeError(f"launched {topo.describe()}, config asks for {cfg.nodes} x {cfg.ranks_per_node}")
-    backend = dist.get_backend()
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    sync = _sync(device)
-    lead = topo.rank == 0
+    rank = rank_setup(cfg, topo)
+    device, sync, lead = rank.device, rank.sync, rank.lead
     if lead:
         writer.add("topology", None, "", text=topo.describe(),
                    labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from hpcbench.core.config import ByteSize, Config, param
 
 FORMATS = ("files", "hdf5", "tfrecord", "tar")
-
-
 VERIFY_MODES = ("sha256", "size", "none")
 
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, fmt_number, lookup, ordered,
-                                 png_of, present_stats, rank_in, stats_table, text_table)
+from hpcbench.report.kit import (LAUNCH_CAPTION, Cell, ExperimentData, Figure, Section, Table, check_note, fmt_number,
+                                 launch_table, lookup, ordered, png_of, present_stats, rank_in, stats_table, text_table)
 
 IO_FORMAT_ORDER = ("files", "hdf5", "tfrecord", "tar")
-
-
 _IO_COLUMNS = (("samples_per_s", "mean", 1.0, "samples/s"), ("mb_per_s", "mean", 1.0, "MB/s"),
                ("read_latency", "p50", 1e3, "read p50 (ms)"), ("read_latency", "p99", 1e3, "read p99 (ms)"),
                ("file_opens", "mean", 1.0, "opens/epoch"), ("accelerator_idle", "mean", 1.0, "accel. idle"),
@@ -54,6 +52,11 @@ def present_io_formats(data: ExperimentData) -> list[Section]:
     table = text_table(data.text, caption="Facts, repairs and values not measured")
     if table is not None:
         section.tables.append(table)
+    launches = launch_table(
+        data.summaries, ["phase", "format", "workers", "prefetch_factor", "samples_per_s", "accel_idle", "steps"],
+        caption=LAUNCH_CAPTION)
+    if launches is not None:
+        section.tables.append(launches)
     section.tables.append(stats_table(stats, data.sources, caption="All statistics", collapsed=True))
     return [section]
 
