@@ -3,13 +3,15 @@
     hpcbench list                                  experiments, their claims and needs; shipped suites
     hpcbench params EXPERIMENT                     an experiment's parameters, defaults and allowed values
     hpcbench run EXPERIMENT [-p key=value ...]     one task, the same way a suite runs it
-    hpcbench suite SUITE [--backend local|slurm] [--out results/] [--jobs N]
-    hpcbench suite resume RUN_DIR                  rerun only the failed or missing tasks
+    hpcbench suite SUITE [--backend local|slurm] [--out results/] [--jobs N] [--dry-run] [--oversubscribe]
+    hpcbench suite resume RUN_DIR                  rerun only the failed, interrupted or missing tasks
+    hpcbench status RUN_DIR                        each task's state; `running` tasks whose process is gone: stale
     hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
     hpcbench publish REPORT_DIR --to SITE_DIR      copy a report into a site, rewrite the site's index
     hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
 
-Exit codes: 0 success, 1 some task failed, 2 bad input (the message names it).
+Exit codes: 0 success, 1 some task failed, 2 bad input (the message names it),
+130 / 143 / 138 stopped by SIGINT / SIGTERM / SIGUSR1 (every process of the run ended; resume continues).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.run.interrupt import RunInterrupted
 
 
 def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
@@ -64,26 +67,44 @@ def _backend_options(args: argparse.Namespace) -> dict:
     return opts
 
 
-def _summary(statuses, run_dir: Path) -> int:
-    failed = [s for s in statuses if s.state != "done"]
-    print(f"{len(statuses) - len(failed)} task(s) done, {len(failed)} failed; run dir: {run_dir}")
-    for s in failed:
-        log = f"; job log: {s.batch_log}" if s.batch_log else ""
-        print(f"  FAILED {s.task_id}: {s.error}  (notebook: {run_dir / 'tasks' / s.task_id / s.notebook}{log})")
-    if failed:
-        print(f"rerun only these: hpcbench suite resume {run_dir}")
-    print(f"next: hpcbench report {run_dir} --out reports/{run_dir.name}")
-    return 1 if failed else 0
+def _summary(statuses, run_dir: Path, interrupted: str | None = None) -> int:
+    """Print what became of every task and what to do next; the exit code (0 or 1)."""
+    from shlex import quote
+
+    by_state: dict[str, list] = {}
+    for s in statuses:
+        by_state.setdefault(s.state, []).append(s)
+    counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(by_state.items()))
+    print(f"{interrupted + ': ' if interrupted else ''}{counts or 'no task'}; run dir: {run_dir}")
+    for s in statuses:
+        if s.state in ("failed", "interrupted"):
+            log = f"; job log: {s.batch_log}" if s.batch_log else ""
+            print(f"  {s.state.upper()} {s.task_id}: {s.error}  "
+                  f"(notebook: {run_dir / 'tasks' / s.task_id / s.notebook}{log})")
+    if any(s.state != "done" for s in statuses):
+        print(f"rerun what is not done: hpcbench suite resume {quote(str(run_dir))}")
+    print(f"next: hpcbench report {quote(str(run_dir))} --out {quote('reports/' + run_dir.name)}")
+    return 1 if any(s.state != "done" for s in statuses) else 0
 
 
 def _run(suite, args: argparse.Namespace) -> int:
-    from hpcbench.run.rundir import new_run_dir
+    from hpcbench.run.limits import check_limits
+    from hpcbench.run.rundir import check_run_dir, new_run_dir
     from hpcbench.run.runner import run_suite
 
     run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(Path(args.out), suite.name)
-    print(f"run dir: {run_dir}")
+    if args.dry_run:
+        from hpcbench.run.limits import dry_run
+
+        text, ok = dry_run(suite, run_dir, backend=args.backend, options=_backend_options(args),
+                           oversubscribe=args.oversubscribe)
+        print(text)
+        return 0 if ok else 2
+    check_run_dir(run_dir, f"--run-dir {args.run_dir}" if args.run_dir else f"--out {args.out}")
+    check_limits(suite, args.backend, _backend_options(args), oversubscribe=args.oversubscribe)  # run_suite does too
+    print(f"run dir: {run_dir}")  # only once it is accepted: the line must not precede a refusal
     statuses = run_suite(suite, run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
-                         options=_backend_options(args))
+                         options=_backend_options(args), oversubscribe=args.oversubscribe)
     return _summary(statuses, run_dir)
 
 
@@ -101,8 +122,15 @@ def cmd_suite(args: argparse.Namespace) -> int:
         if len(args.suite) != 2:
             raise HpcbenchError("usage: hpcbench suite resume RUN_DIR")
         run_dir = Path(args.suite[1])
+        if args.dry_run:
+            from hpcbench.run.limits import dry_run_resume
+
+            text, ok = dry_run_resume(run_dir, backend=args.backend, options=_backend_options(args),
+                                      oversubscribe=args.oversubscribe)
+            print(text)
+            return 0 if ok else 2
         statuses = resume_suite(run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
-                                options=_backend_options(args))
+                                options=_backend_options(args), oversubscribe=args.oversubscribe)
         return _summary(statuses, run_dir) if statuses else 0
     if len(args.suite) != 1:
         raise HpcbenchError(f"one suite at a time, got {args.suite}")
@@ -114,9 +142,36 @@ def cmd_suite(args: argparse.Namespace) -> int:
 def cmd_task(args: argparse.Namespace) -> int:
     from hpcbench.run.execute import run_manifest_task
 
-    status = run_manifest_task(Path(args.run_dir), Path(args.manifest), args.index)
+    try:
+        status = run_manifest_task(Path(args.run_dir), Path(args.manifest), args.index)
+    except RunInterrupted as exc:  # scancel, or SLURM's time-limit signal
+        status = exc.statuses[0]
+        print(f"{status.task_id}: {status.state} -- {status.error}")
+        return exc.exit_code
     print(f"{status.task_id}: {status.state}" + (f" -- {status.error}" if status.error else ""))
     return 0 if status.state == "done" else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from hpcbench.run.runner import run_state
+
+    state = run_state(Path(args.run_dir))
+    holder = state.holder.describe() if state.holder else "none"
+    print(f"run dir: {args.run_dir}  (suite {state.suite}, backend {state.backend}; runner: {holder})")
+    for st, shown, why in state.tasks:
+        where = f" on {st.node}" if st.started else ""
+        job = f" job {st.job_id}" if st.job_id else ""
+        took = f" {st.duration_s:.0f} s" if st.duration_s is not None else ""
+        print(f"  {shown:<12} {st.task_id}  attempt {st.attempt}{where}{job}{took}")
+        if why:
+            print(f"      {why}")
+        elif st.error and shown != "done":
+            print(f"      {st.error.splitlines()[0][:200]}")
+    counts: dict[str, int] = {}
+    for _, shown, _ in state.tasks:
+        counts[shown] = counts.get(shown, 0) + 1
+    print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    return 0
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
@@ -141,7 +196,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report import build_report
 
-    out = Path(args.out) if args.out else Path("reports") / Path(args.run_dirs[0]).name
+    # Resolved: `report .` or `report ../R/..` must not name the report folder reports/ itself.
+    out = Path(args.out) if args.out else Path("reports") / Path(args.run_dirs[0]).resolve().name
     dask_slurm = None
     if args.dask_slurm:
         from hpcbench.report.dask_slurm import DaskSlurmConfig
@@ -166,6 +222,17 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of counts such as --jobs: 0 or -3 would otherwise pass and mean 'no cap' or 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hpcbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -182,10 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where tasks run: local or slurm (default: local; resume: the run's own)")
         p.add_argument("--out", default="results", help="parent folder of the new run dir (default: results/)")
         p.add_argument("--run-dir", help="exact run dir to create instead of OUT/<suite>-<timestamp>")
-        p.add_argument("--jobs", type=int, default=None,
+        p.add_argument("--jobs", type=_positive_int, default=None,
                        help="tasks at once (local default 1: concurrent benchmarks distort each other; "
                             "slurm: the array's %%M, default no cap)")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--oversubscribe", action="store_true",
+                       help="local backend: run tasks with more ranks than this machine's cores (a functional "
+                            "run; timings mean little); refused otherwise")
+        p.add_argument("--dry-run", action="store_true",
+                       help="print the tasks with their layout, memory and time estimates, the run dir and "
+                            "whether the limits pass; start and write nothing (exit 0, or 2 if refused)")
         slurm = p.add_argument_group("SLURM backend (written as #SBATCH lines into the generated scripts)")
         for opt in ("partition", "account", "time", "gres", "cpus-per-task", "qos", "constraint"):
             slurm.add_argument(f"--{opt}", dest=opt.replace("-", "_"))
@@ -200,11 +273,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(p)
     p.set_defaults(func=cmd_run)
 
+    # usage= because argparse would render nargs="+" as "SUITE [SUITE ...]": one suite, or resume.
     p = sub.add_parser("suite", help="run a suite (a shipped name or a YAML path); `suite resume RUN_DIR` "
-                                     "reruns only its failed or missing tasks")
-    p.add_argument("suite", nargs="+", metavar="SUITE | resume RUN_DIR")
+                                     "reruns only its failed or missing tasks",
+                       usage="hpcbench suite [options] SUITE\n       hpcbench suite resume [options] RUN_DIR")
+    p.add_argument("suite", nargs="+", metavar="SUITE",
+                   help="a shipped suite's name or a YAML path; or `resume RUN_DIR`")
     add_run_options(p, backend_default=None)
     p.set_defaults(func=cmd_suite)
+
+    p = sub.add_parser("status", help="each task's state in a run dir (stale `running` tasks named)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("task", help="(used by generated job scripts) run task INDEX of a manifest")
     p.add_argument("run_dir")
@@ -258,6 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HpcbenchError as exc:
         print(f"hpcbench: error: {exc}", file=sys.stderr)
         return 2
+    except RunInterrupted as exc:
+        # The run stopped cleanly (every process of it ended, tasks marked); say where it stands.
+        if exc.run_dir is not None:
+            _summary(exc.statuses, exc.run_dir, interrupted=str(exc))
+        else:
+            print(f"hpcbench: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("hpcbench: interrupted", file=sys.stderr)
         return 130

@@ -4,6 +4,8 @@ Its rules are tested from recorded records in tests/experiments/test_io_formats.
 
 from __future__ import annotations
 
+import shutil
+
 import nbformat
 import pytest
 
@@ -71,9 +73,17 @@ def test_missing_dataset_path_is_a_clear_error(tmp_path):
     from hpcbench.data.errors import DatasetNotFoundError
     from hpcbench.experiments.io_formats.worker import run
 
-    cfg = IoFormatsConfig.from_dict({"dataset": str(tmp_path / "nope")})
+    # A mistyped path is refused with the parameters, before any notebook starts...
+    with pytest.raises(ConfigError, match="dataset.*nope"):
+        IoFormatsConfig.from_dict({"dataset": str(tmp_path / "nope")})
+    # ...and one that vanishes after that is still a clear error in the worker.
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    (gone / "manifest.json").write_text("{}")
+    cfg = IoFormatsConfig.from_dict({"dataset": str(gone)})
+    shutil.rmtree(gone)
     with RecordWriter(tmp_path / "r.parquet", RecordContext(experiment="io_formats")) as w:
-        with pytest.raises(DatasetNotFoundError, match="nope"):
+        with pytest.raises(DatasetNotFoundError, match="gone"):
             run(cfg, w, tmp_path / "out")
 
 

@@ -6,16 +6,19 @@ import json
 import os
 import re
 import subprocess
+import signal
 import threading
 import time
+import uuid
 
 import pandas as pd
 import pytest
 
 from conftest import broken_notebooks
+from test_runner_signals import LONG_SUITE, MARKER, marked_processes, ranks_running, start_cli, wait_for
 from hpcbench.report import build_report
 from hpcbench.core.results import find_record_files, read_records
-from hpcbench.run.rundir import read_statuses
+from hpcbench.run.rundir import TaskStatus, prepare_run_dir, read_statuses, write_status
 from hpcbench.run.runner import resume_suite, run_suite
 from hpcbench.run.suite import load_suite, parse_suite
 
@@ -95,7 +98,76 @@ def test_killed_job_is_reported_with_its_slurm_state(slurm_env, tmp_path):
     subprocess.run(["scancel", job], check=True, timeout=30)
     runner.join(timeout=180)
     (st,) = result["statuses"]
-    assert st.state == "failed" and "CANCELLED" in (st.slurm_state or "") + (st.error or "")
+    # SLURM signalled the task's process: it ended its kernel and ranks and recorded
+    # itself as interrupted (not failed: it says nothing about the task); resume reruns it.
+    assert st.state == "interrupted" and "SIGTERM" in st.error
+    assert "CANCELLED" in (st.slurm_state or ""), st.slurm_state
+
+
+def test_sigint_cancels_the_jobs_and_no_process_of_the_run_survives(slurm_env, tmp_path):
+    (tmp_path / "s.yaml").write_text(LONG_SUITE)
+    marker = uuid.uuid4().hex
+    proc = start_cli(["suite", "s.yaml", "--run-dir", "R", "--backend", "slurm"], tmp_path, marker)
+    try:
+        # The ranks run in a SLURM job on an emulated node; they carry the marker through sbatch.
+        wait_for(lambda: ranks_running(marker), 180, "the collectives ranks to start in their job")
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = (tmp_path / "stdout.txt").read_text()
+    assert rc == 130, (out, (tmp_path / "stderr.txt").read_text())
+    wait_for(lambda: not marked_processes(marker), 10, "the run's processes to end")
+    statuses = {s.task_id: s for s in read_statuses(tmp_path / "R")}
+    coll = statuses["collectives.default.r0"]
+    assert coll.state == "interrupted" and "SIGINT" in coll.error, coll
+    queue = subprocess.run(["squeue", "-h", "-j", coll.job_id.split("_")[0]], capture_output=True, text=True)
+    assert not queue.stdout.strip()
+    assert "hpcbench suite resume R" in out
+
+
+def test_slurm_time_limit_signal_takes_the_clean_path(slurm_env, tmp_path):
+    # `sbatch --signal=B:USR1@120` has slurmctld send SIGUSR1 to the batch step 120 s
+    # before the limit; `scancel --batch --signal=USR1` delivers exactly that signal now.
+    suite = parse_suite({"name": "t", "tasks": [{"experiment": "collectives", "params": {
+        "ops": "all_reduce", "groups": "world", "min_bytes": "1K", "max_bytes": "1K", "iters": 100000}}]})
+    run_dir = tmp_path / "run"
+    marker = uuid.uuid4().hex
+    os.environ[MARKER] = marker
+    try:
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(
+            statuses=run_suite(suite, run_dir, backend="slurm", progress=False)))
+        runner.start()
+        wait_for(lambda: ranks_running(marker), 180, "the ranks to start")
+        job = json.loads((run_dir / "tasks" / "collectives.default.r0" / "status.json").read_text())["job_id"]
+        subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=30)
+        runner.join(timeout=180)
+    finally:
+        os.environ.pop(MARKER, None)
+    (st,) = result["statuses"]
+    assert st.state == "interrupted" and "SIGUSR1" in st.error, st
+    wait_for(lambda: not marked_processes(marker), 10, "the task's processes to end")
+    assert "SIGUSR1" in open(st.batch_log).read()
+
+
+def test_resume_leaves_tasks_with_queued_jobs_alone(slurm_env, tmp_path, capsys):
+    suite = parse_suite({"name": "q", "tasks": [{"experiment": "environment"}]})
+    run_dir = tmp_path / "run"
+    prepare_run_dir(run_dir, suite, "slurm")
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "--wrap", "sleep 1"], capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip().split(";")[0]
+    try:
+        st = TaskStatus.for_task(suite.tasks[0])
+        st.job_id, st.slurm_state = held, "PENDING"
+        write_status(run_dir, st)
+        # The runner that submitted it is gone (no lock); its job still waits in the queue.
+        assert resume_suite(run_dir, progress=False) == []
+        assert "environment.default.r0: its SLURM job is still PENDING" in capsys.readouterr().err
+        assert not (run_dir / "slurm").exists()  # nothing submitted again
+    finally:
+        subprocess.run(["scancel", held], timeout=30)
 
 
 def test_parameter_values_reach_the_job_unchanged(slurm_env, tmp_path):

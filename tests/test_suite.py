@@ -61,6 +61,9 @@ def test_failed_task_does_not_stop_others(tmp_path):
     statuses = run_suite(suite, run_dir, jobs=2, progress=False)
     by_id = {s.task_id: s for s in statuses}
     assert by_id["collectives.gloo.r0"].state == "done"
+    # The workers' progress lines reach the task's progress.log, which the command line tails.
+    progress = (run_dir / "tasks" / "collectives.gloo.r0" / "progress.log").read_text()
+    assert "all_reduce done" in progress
     bad = by_id["collectives.nccl_on_cpu.r0"]
     assert bad.state == "failed" and bad.cell is not None and "LaunchError" in bad.error
     assert (run_dir / "tasks" / bad.task_id / "notebook.ipynb").is_file()

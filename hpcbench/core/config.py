@@ -23,6 +23,7 @@ these fields with the same defaults (a test checks it).
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import json
 import math
 import re
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from hpcbench.core.errors import ConfigError
+from hpcbench.core.registry import did_you_mean
 
 __all__ = ["Config", "ByteSize", "param", "parse_bytes"]
 
@@ -44,29 +46,66 @@ class ByteSize(int):
 
 
 _BYTE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+#: Decimal exponents above this are refused before ``int()`` builds the number: "1e999999999"
+#: would otherwise take minutes and gigabytes, and no count or size here needs 300 digits.
+_MAX_DIGITS = 300
 
 
 def parse_bytes(text: str | int) -> int:
-    """``"1M"`` -> 1048576; ints pass through. Raises ``ValueError`` when unreadable."""
+    """``"1M"`` -> 1048576, ``"1e6"`` -> 1000000; ints pass through. Raises ``ValueError`` when unreadable."""
     if isinstance(text, bool):
         raise ValueError(f"not a byte size: {text!r}")
     if isinstance(text, int):
         return text
-    if isinstance(text, float) and text.is_integer():
-        return int(text)
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise ValueError(f"not a byte size: {text!r}")
+        # repr is the shortest text that reads back as this float: 1e30 stays 10**30, not 1e30's binary value
+        text = repr(text)
     m = _BYTES_RE.match(str(text))
     if not m:
-        raise ValueError(f"not a byte size: {text!r} (use e.g. 4096, 64K, 1M, 2G)")
+        raise ValueError(f"not a byte size: {text!r} (use e.g. 4096, 64K, 1M, 2G, 1e6)")
     number, unit = m.groups()
-    value = float(number) * _BYTE_UNITS[unit.upper()]
-    if not value.is_integer():
-        raise ValueError(f"not a whole number of bytes: {text!r}")
-    return int(value)
+    # Decimal, not float: "1.5e3K" and 20-digit sizes stay exact
+    return _whole(decimal.Decimal(number) * _BYTE_UNITS[unit.upper()], text, "a whole number of bytes")
+
+
+def _whole(number: decimal.Decimal, text: Any, what: str) -> int:
+    """``number`` as an exact int; ``ValueError`` naming ``text`` when it is not whole or too large."""
+    if not number.is_finite():
+        raise ValueError(f"{text!r} is not {what}")
+    if number.adjusted() > _MAX_DIGITS:
+        raise ValueError(f"{text!r} is too large (more than {_MAX_DIGITS} digits)")
+    whole = int(number)  # truncates exactly; the comparison below is exact too
+    if whole != number:
+        raise ValueError(f"{text!r} is not {what}")
+    return whole
+
+
+def _parse_int(value: Any) -> int:
+    """``"1e3"`` -> 1000 and ``"2.5e3"`` -> 2500, exactly; ``"1.5"``, ``"1e-1"``, booleans refused."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not an integer")
+        text = repr(value)  # YAML's 1.0e3 is a float; its shortest text keeps big values exact
+    elif isinstance(value, str):
+        text = value.strip()
+    else:
+        raise ValueError(f"{value!r} is not an integer")
+    try:
+        number = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        raise ValueError(f"{value!r} is not an integer") from None
+    return _whole(number, value, "an integer")
 
 
 def param(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
-          choices: typing.Sequence[Any] | None = None) -> Any:
+          choices: typing.Sequence[Any] | None = None, allowed: str | None = None) -> Any:
     """Declare a config field with its documentation and allowed values.
 
     Args:
@@ -74,8 +113,12 @@ def param(default: Any, doc: str, *, min: float | None = None, max: float | None
         doc: what the field means and why the default was chosen.
         min, max: inclusive bounds for numbers (for lists: for every element).
         choices: the allowed values (for lists: for every element).
+        allowed: what the config's ``validate()`` checks beyond the bounds ("an existing
+            directory", "no repeats"), shown by ``hpcbench params``; it is documentation only,
+            so a field that ``validate()`` checks must say so here or the listing understates it.
     """
-    meta = {"doc": doc, "min": min, "max": max, "choices": tuple(choices) if choices else None}
+    meta = {"doc": doc, "min": min, "max": max, "choices": tuple(choices) if choices else None,
+            "allowed": allowed}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda d=default: json.loads(json.dumps(d)), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -129,27 +172,20 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             return value.strip().lower() in _TRUE
         raise ValueError(f"{value!r} is not a boolean (true/false)")
     if tp is int:
-        if isinstance(value, bool):
-            raise ValueError(f"{value!r} is not an integer")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-        raise ValueError(f"{value!r} is not an integer")
+        return _parse_int(value)
     if tp is float:
         if isinstance(value, bool):
             raise ValueError(f"{value!r} is not a number")
         try:
             out = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"{value!r} is not a number") from None
+        # NaN fails every comparison and inf passes every lower bound, so either would slip
+        # through min/max checks and break the run later (a bucket of inf MiB).
         if math.isnan(out):
             raise ValueError("NaN is not allowed")
+        if math.isinf(out):
+            raise ValueError(f"{value!r}: infinity is not allowed")
         return out
     if tp is str:
         if isinstance(value, (dict, list)):
@@ -165,6 +201,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
 
 
 def _describe_range(meta: typing.Mapping[str, Any]) -> str:
+    """The declared choices or bounds of a field (of each element, for lists); "" when none."""
     if meta.get("choices"):
         return f"one of {list(meta['choices'])}"
     lo, hi = meta.get("min"), meta.get("max")
@@ -174,7 +211,48 @@ def _describe_range(meta: typing.Mapping[str, Any]) -> str:
         return f">= {lo}"
     if hi is not None:
         return f"<= {hi}"
-    return "valid"
+    return ""
+
+
+_PLURAL = {int: "integers", float: "numbers", str: "texts", bool: "booleans", ByteSize: "byte sizes"}
+
+
+def _describe_type(tp: Any, plural: bool = False) -> str:
+    """What the coercion accepts for a type, for fields without declared bounds."""
+    if plural and tp in _PLURAL:
+        return _PLURAL[tp]
+    if tp is ByteSize:
+        return "a byte size like 4096, 64K, 1M or 1e6"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "any integer"
+    if tp is float:
+        return "any finite number"
+    if tp is str:
+        return "any text"
+    origin = get_origin(tp)
+    if origin is Literal:
+        return f"one of {list(get_args(tp))}"
+    if origin in (list, tuple):
+        return f"a list of {_describe_type((get_args(tp) or (str,))[0], plural=True)}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe_type(a) if a is not type(None) else "none" for a in get_args(tp))
+    if tp is dict or origin is dict:
+        return "a mapping"
+    return _type_name(tp)
+
+
+def _describe_allowed(meta: typing.Mapping[str, Any], tp: Any) -> str:
+    """The allowed values as ``hpcbench params`` shows them: bounds, else the type, plus ``allowed=`` text."""
+    bounds = _describe_range(meta)
+    if bounds and get_origin(tp) in (list, tuple):
+        bounds = f"a list, each {bounds}"
+    extra = meta.get("allowed")
+    if bounds:
+        return f"{bounds}; {extra}" if extra else bounds
+    # The allowed= text is more precise than the type ("an existing directory" vs "any text").
+    return extra or _describe_type(tp)
 
 
 @dataclass
@@ -214,10 +292,12 @@ class Config:
         """Build from a plain dict; unknown keys are rejected with the valid ones."""
         merged = {**(values or {}), **overrides}
         valid = cls.field_names()
-        unknown = sorted(set(merged) - set(valid))
+        # key=str: a YAML key may be an int (``1: x``), and ints and strs do not sort together
+        unknown = sorted((k for k in merged if k not in valid), key=str)
         if unknown:
+            hint = did_you_mean(unknown, valid)
             raise ConfigError(
-                f"unknown parameter(s) {unknown}; valid parameters: {valid}",
+                f"unknown parameter(s) {unknown}" + (f" ({hint})" if hint else "") + f"; valid parameters: {valid}",
                 config=cls._name(),
             )
         return cls(**merged)
@@ -242,7 +322,7 @@ class Config:
                 "name": f.name,
                 "type": _type_name(hints[f.name]),
                 "default": defaults[f.name],
-                "allowed": _describe_range(f.metadata),
+                "allowed": _describe_allowed(f.metadata, hints[f.name]),
                 "doc": f.metadata.get("doc", ""),
             })
         return rows
@@ -292,7 +372,7 @@ def _plain(value: Any) -> Any:
 
 def _type_name(tp: Any) -> str:
     if tp is ByteSize:
-        return "byte size (e.g. 4096, 64K, 1M)"
+        return "byte size (e.g. 4096, 64K, 1M, 1e6)"
     origin = get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
@@ -314,5 +394,6 @@ class DistributedConfig(Config):
 
     nodes: int = param(1, "nodes; on one machine more than 1 is an emulated split of the local ranks",
                        min=1, max=4096)
-    ranks_per_node: int = param(2, "ranks (GPUs, or CPU processes) per node", min=1, max=64)
+    ranks_per_node: int = param(2, "ranks (GPUs, or CPU processes) per node", min=1, max=64,
+                                allowed="collectives and comm_modes need nodes x ranks_per_node >= 2")
     backend: str = param("auto", "auto: NCCL with a GPU per rank, else gloo", choices=("auto", "gloo", "nccl"))

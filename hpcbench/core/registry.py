@@ -6,11 +6,29 @@ whose error lists what is registered, so a typo is answered with the valid names
 
 from __future__ import annotations
 
-from typing import Generic, Iterator, TypeVar
+import difflib
+from typing import Generic, Iterable, Iterator, TypeVar
 
 from hpcbench.core.errors import RegistryError
 
 T = TypeVar("T")
+
+
+def did_you_mean(names: object | list, valid: Iterable[str]) -> str:
+    """``"did you mean 'iters'?"`` when a name is close to one of ``valid``, else ``""``.
+
+    Added to "unknown ..." messages that also list every valid name: a typo is answered
+    with its likely fix, and the full list stays for everything else. For several names,
+    each suggestion says which name it is for.
+    """
+    names = names if isinstance(names, list) else [names]
+    valid = [str(v) for v in valid]
+    pairs = [(n, close[0]) for n in names if (close := difflib.get_close_matches(str(n), valid, n=1))]
+    if not pairs:
+        return ""
+    if len(names) == 1:
+        return f"did you mean {pairs[0][1]!r}?"
+    return "did you mean " + ", ".join(f"{fix!r} for {n!r}" for n, fix in pairs) + "?"
 
 
 class Registry(Generic[T]):
@@ -31,7 +49,9 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             known = ", ".join(sorted(self._items)) or "(none)"
-            raise RegistryError(f"unknown {self.kind} {name!r}; registered: {known}") from None
+            hint = did_you_mean(name, self._items)
+            raise RegistryError(f"unknown {self.kind} {name!r}; registered: {known}"
+                                + (f"; {hint}" if hint else "")) from None
 
     def names(self) -> list[str]:
         return sorted(self._items)

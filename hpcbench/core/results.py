@@ -17,7 +17,8 @@ Every experiment, every rank, every repetition writes rows of the same shape::
 
 Each writer owns one Parquet file and writes it atomically (temporary file in the
 same directory, fsync, rename), so parallel tasks and ranks never clobber each other
-and a killed writer leaves no half-written file behind.
+and a killed writer leaves no half-written file behind; the file gets the mode the
+umask asks for, so a project group can read it (:mod:`hpcbench.core.atomic`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ import json
 import math
 import os
 import socket
-import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -37,6 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import ResultsError
 
 SCHEMA_VERSION = "1"
@@ -159,22 +159,9 @@ class RecordWriter:
 
 
 def write_table_atomic(table: pa.Table, path: Path) -> None:
-    """Write ``table`` to ``path`` via a temp file in the same directory + rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{uuid.uuid4().hex[:8]}.tmp",
-                               dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pq.write_table(table, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write ``table`` to ``path`` atomically, mode ``0o666 & ~umask`` (see :mod:`hpcbench.core.atomic`)."""
+    with atomic_write(path) as fh:
+        pq.write_table(table, fh)
 
 
 def read_records(path: str | os.PathLike) -> pd.DataFrame:

@@ -34,3 +34,16 @@ def format_gbps(value: float) -> str:
     if abs(value) >= 1:
         return f"{value:.2f} GB/s"
     return f"{value:.3g} GB/s"
+
+
+def approx_bytes(n: float) -> str:
+    """``3.0e12 -> "2.7 TiB"``: a size rounded for estimates and limits (binary units, one decimal).
+
+    :func:`format_bytes` is exact and for measured sizes; this one is
+    for rough figures, where 11,534,336 B reads better as "11.0 MiB".
+    """
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
+    return f"{int(n)} B"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+from hpcbench.core.atomic import file_mode
 from hpcbench.data.manifest import Manifest, sha256_file
 
 Verify = Literal["sha256", "size", "none"]
@@ -150,6 +151,7 @@ class ShardAccess:
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".repair", dir=target.parent)
             os.close(fd)
+            os.chmod(tmp, file_mode())  # mkstemp's 0600 would survive the rename
             shutil.copyfile(origin, tmp)
             if sha256_file(tmp) != entry.sha256:
                 raise ShardCheckFailed(f"the source copy {origin} does not match the manifest either")

@@ -26,6 +26,9 @@ from hpcbench.core.results import RecordContext, find_record_files
 
 #: Lines a worker prints with this prefix are echoed by the driver as progress.
 PROGRESS_PREFIX = "[hpcbench progress]"
+#: The task's progress lines, in its output dir; the suite runner tails it
+#: (:mod:`hpcbench.run.progress`) to show live progress on the command line.
+PROGRESS_FILE = "progress.log"
 BACKENDS = ("auto", "gloo", "nccl")
 
 
@@ -215,7 +218,7 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                seen = _echo_progress(log_path, seen, echo)
+                seen = _echo_progress(log_path, seen, echo, out_dir / PROGRESS_FILE)
                 if time.monotonic() - start > timeout_s:
                     _kill_group(proc)
                     raise LaunchError(f"{tag}: timed out after {timeout_s:.0f} s", log_path=str(log_path),
@@ -223,7 +226,7 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
         except BaseException:
             _kill_group(proc)
             raise
-    _echo_progress(log_path, seen, echo)
+    _echo_progress(log_path, seen, echo, out_dir / PROGRESS_FILE)
     wall = time.monotonic() - start
     if rc != 0:
         raise LaunchError(f"{tag}: worker ranks failed (torchrun exit code {rc})", log_path=str(log_path),
@@ -249,8 +252,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
                 pass
 
 
-def _echo_progress(log_path: Path, seen: int, echo: Callable[[str], None] | None) -> int:
-    """Print new progress lines of the log; return how many bytes were read."""
+def _echo_progress(log_path: Path, seen: int, echo: Callable[[str], None] | None,
+                   sink: Path | None = None) -> int:
+    """Print new progress lines of the log (and append them to ``sink``); return the bytes read."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(seen)
@@ -258,11 +262,17 @@ def _echo_progress(log_path: Path, seen: int, echo: Callable[[str], None] | None
     except FileNotFoundError:
         return seen
     end = chunk.rfind(b"\n") + 1  # only whole lines
+    lines = [line[line.find(PROGRESS_PREFIX) + len(PROGRESS_PREFIX):].strip()
+             for line in chunk[:end].decode(errors="replace").splitlines() if PROGRESS_PREFIX in line]
     if echo:
-        for line in chunk[:end].decode(errors="replace").splitlines():
-            idx = line.find(PROGRESS_PREFIX)
-            if idx >= 0:
-                echo(line[idx + len(PROGRESS_PREFIX):].strip())
+        for line in lines:
+            echo(line)
+    if sink is not None and lines:
+        try:
+            with open(sink, "a") as fh:
+                fh.write("".join(f"{line}\n" for line in lines))
+        except OSError:
+            pass  # progress is a courtesy; it never fails a launch
     return seen + end
 
 

@@ -11,7 +11,8 @@ or a torchtitan experiment folder does:
   ``verify(records, cfg)``: the sanity check;
 * ``plot.py``, ``present.py`` — the notebook's figure and the report's section;
 * ``rules.py``   — the verdict rules, by claim id, reading the summaries of all launches;
-* ``__init__.py`` — ``SPEC = Experiment(...)``, registered on import.
+* ``__init__.py`` — ``SPEC = Experiment(...)``, registered on import, and the experiment's
+  ``estimate(cfg) -> Estimate``: memory and time of one task, from its config alone.
 
 Shared modules (runner, report, ledger) know experiments only through
 :data:`EXPERIMENTS`; every package below this one is imported by :func:`load_all`, so
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from hpcbench.core.config import Config
+from hpcbench.core.config import Config, DistributedConfig
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.registry import Registry
 
@@ -48,6 +49,71 @@ class Resources:
     def describe(self) -> str:
         gpu = ", GPU" if self.gpu else ""
         return f"{self.nodes} node(s) x {self.ranks_per_node} rank(s){gpu}"
+
+
+#: Memory of one rank process of its own before it allocates any data: Python with torch and
+#: hpcbench's worker imported. Measured with 3 such processes side by side (torch 2.x, x86_64,
+#: CPU build): 578 MiB RSS each, of which 314 MiB private (USS); the shared libraries are counted
+#: once, in TASK_BASE_BYTES.
+RANK_BYTES = 384 << 20
+#: Memory of one task besides its ranks: the notebook's kernel under papermill with torch imported
+#: (~580 MiB RSS, pandas included), torchrun's agent process (~300 MiB private) and torch's shared
+#: libraries, counted once (~260 MiB).
+TASK_BASE_BYTES = 1 << 30
+#: Start-up of one task: kernel, imports, rank rendezvous, notebook cells (10-30 s on 2 cores).
+TASK_STARTUP_S = 20.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one task is expected to need, computed from its config before anything starts.
+
+    Rough on purpose: it exists so that a size typo (``max_bytes=1T``) is refused before a
+    run starts, with the numbers in the message. ``basis`` states the formula, so a refusal
+    can be checked by hand.
+    """
+
+    memory_per_rank: int
+    """peak host memory of one rank process, in bytes (single-process experiments: what the notebook's
+    process and the processes it forks hold beyond the task's base)"""
+    ranks: int = 1
+    """processes holding ``memory_per_rank`` each: nodes x ranks_per_node for distributed experiments"""
+    seconds: float | None = None
+    """rough wall time of the task; None when the experiment gives no estimate"""
+    basis: str = ""
+    """one line: how the numbers were computed"""
+    overhead: int = TASK_BASE_BYTES
+    """memory held once per task besides the ranks: the notebook's kernel, the launcher, shared libraries"""
+    device_memory_per_rank: int = 0
+    """bytes on each rank's accelerator (GPU tasks); shown, not checked: the accelerator is not
+    known before the task runs on it"""
+
+    def __post_init__(self) -> None:
+        for name in ("memory_per_rank", "overhead", "device_memory_per_rank"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Estimate.{name}: {getattr(self, name)} is out of range; allowed: >= 0 bytes")
+        if self.ranks < 1:
+            raise ValueError(f"Estimate.ranks: {self.ranks} is out of range; allowed: >= 1")
+        if self.seconds is not None and not self.seconds >= 0:
+            raise ValueError(f"Estimate.seconds: {self.seconds} is out of range; allowed: >= 0 or None")
+
+    @property
+    def memory_total(self) -> int:
+        """Host bytes of the whole task: every rank plus the overhead."""
+        return self.memory_per_rank * self.ranks + self.overhead
+
+
+def baseline_estimate(cfg: Any) -> Estimate:
+    """The default for an experiment that declares no estimate: one bare process per rank, no time.
+
+    An under-estimate by construction (the experiment's own data is not counted), so it
+    refuses only layouts that cannot even start; the basis says so.
+    """
+    distributed = isinstance(cfg, DistributedConfig)
+    ranks = cfg.nodes * cfg.ranks_per_node if distributed else 1
+    return Estimate(RANK_BYTES if distributed else 0, ranks, None,
+                    "no estimate of its own: the task's base and one bare process per rank; the experiment's "
+                    "data not counted")
 
 
 def single_process(cfg: Any) -> Resources:
@@ -82,6 +148,8 @@ class Experiment:
     reads: tuple[str, ...] = ()
     """Other experiments whose records the rules read (collectives' C16 reads the environment's)."""
     resources: Callable[[Any], Resources] = single_process
+    estimate: Callable[[Any], Estimate] = baseline_estimate
+    """config -> :class:`Estimate` of one task: what the runner checks against the machine's limits."""
 
     @property
     def claims(self) -> tuple[str, ...]:

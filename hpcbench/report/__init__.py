@@ -5,7 +5,8 @@
 
 Modules: :mod:`aggregate` (dask), :mod:`kit` (the document model presenters build),
 :mod:`verdict` (intervals and references), :mod:`rulekit` (what rules share),
-:mod:`ledger` (claims x rules -> rows), :mod:`html` (the page), :mod:`publish`.
+:mod:`ledger` (claims x rules -> rows), :mod:`html` (the page), :mod:`report_folder` (the
+output folder, checked first and replaced whole), :mod:`publish`.
 """
 
 from hpcbench.report.aggregate import Aggregate, Unreadable, aggregate, load_sources

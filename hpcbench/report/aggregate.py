@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from hpcbench.core.errors import HpcbenchError, ResultsError
 from hpcbench.core.results import COLUMNS, empty_frame, expand_labels, find_record_files, read_records
+from hpcbench.run.rundir import effective_state
 
 #: The columns a series is identified by (``labels`` is canonical JSON). ``node`` keeps
 #: one node's samples apart from another's, so that a slow node shows as its own row.
@@ -38,7 +41,7 @@ SERIES_KEYS = ["source", "experiment", "variant", "node", "metric", "unit", "lab
 STAT_COLUMNS = ["n", "mean", "p50", "p99", "std", "min", "max", "repetitions", "spread_pct"]
 TEXT_COLUMNS = ["source", "experiment", "variant", "task_id", "repetition", "node", "rank",
                 "metric", "unit", "labels", "text"]
-TASK_STATES = ("done", "failed", "pending", "running")
+TASK_STATES = ("done", "failed", "interrupted", "stale", "pending", "running")
 
 
 @dataclass(frozen=True)
@@ -118,20 +121,28 @@ class Aggregate:
 
 # -- sources ---------------------------------------------------------------------
 
-def load_sources(run_dirs: Sequence[str | Path]) -> list[Source]:
+def print_warning(message: str) -> None:
+    """The report's default for warnings: one line on stderr, as the CLI prints its errors."""
+    print(f"hpcbench: warning: {message}", file=sys.stderr)
+
+
+def load_sources(run_dirs: Sequence[str | Path], warn: Callable[[str], None] = print_warning) -> list[Source]:
     """Check every run directory, read ``run.json`` and the task statuses, list the files.
+
+    A run directory given twice (``R`` and ``./R/``, or through a symbolic link) is one
+    directory: it is read once, and ``warn`` says so.
 
     Raises:
         HpcbenchError: naming the first path that does not exist or is not a directory.
     """
     if not run_dirs:
         raise HpcbenchError("no run directory given")
-    dirs = [Path(d) for d in run_dirs]
-    for d in dirs:
+    for d in map(Path, run_dirs):
         if not d.exists():
             raise HpcbenchError(f"run directory {d} does not exist")
         if not d.is_dir():
             raise HpcbenchError(f"run directory {d} is not a directory")
+    dirs = _distinct_dirs(run_dirs, warn)
     sources: list[Source] = []
     used: set[str] = set()
     for d in dirs:
@@ -151,6 +162,45 @@ def load_sources(run_dirs: Sequence[str | Path]) -> list[Source]:
             source.files = [f for f in source.files if not _in_task(f, d / "tasks", unfinished)]
         sources.append(source)
     return sources
+
+
+def _distinct_dirs(run_dirs: Sequence[str | Path], warn: Callable[[str], None]) -> list[Path]:
+    """The run dirs without those that resolve to one already listed (its first spelling kept)."""
+    first: dict[Path, str | Path] = {}
+    for d in run_dirs:
+        key = Path(d).resolve()
+        if key in first:
+            warn(f"run directory {d} is {first[key]} again (both are {key}); it is counted once")
+        else:
+            first[key] = d
+    return [Path(d) for d in first.values()]
+
+
+def check_sources(sources: Sequence[Source], warn: Callable[[str], None] = print_warning) -> None:
+    """Refuse a source with nothing to report; warn about one whose tasks have no records yet.
+
+    Raises:
+        HpcbenchError: naming the first folder that has no task (no ``tasks/*/status.json``)
+            and no records file: an empty folder or a typo, not a run directory.
+    """
+    for source in sources:
+        if not source.tasks and not source.files:
+            what = ("a run directory without any task" if source.info or (source.run_dir / "run.json").exists()
+                    else "not an hpcbench run directory")
+            raise HpcbenchError(f"run directory {source.run_dir}: {what} (no tasks/*/status.json and "
+                                "no records files): nothing to report")
+    for source in sources:
+        if not source.files:
+            states = ", ".join(f"{n} {state}" for state, n in _state_counts(source.tasks).items())
+            warn(f"run directory {source.run_dir}: none of its {len(source.tasks)} task(s) has records "
+                 f"to report yet ({states}); the report shows their states only")
+
+
+def _state_counts(tasks: Sequence[TaskStatus]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t.state] = counts.get(t.state, 0) + 1
+    return counts
 
 
 def _in_task(path: Path, tasks_dir: Path, task_ids: set[str]) -> bool:
@@ -195,13 +245,20 @@ def _read_statuses(source: Source) -> list[TaskStatus]:
         rep = data.get("repetition")
         duration = data.get("duration_s")
         error = data.get("error")
+        state = str(data.get("state") or "unknown")
+        # A `running` task whose process is gone (its runner was killed) is shown as
+        # stale, with why, instead of "running" forever and "no task failed".
+        shown, why = effective_state(SimpleNamespace(state=state, pid=data.get("pid"), host=data.get("host"),
+                                                     pid_started=data.get("pid_started")))
+        if why:
+            state, error = shown, why
         tasks.append(TaskStatus(
             source=source.label,
             task_id=str(data.get("task_id") or task_dir.name),
             experiment=str(data.get("experiment") or ""),
             variant=str(data.get("variant") or ""),
             repetition=int(rep) if isinstance(rep, (int, float)) else None,
-            state=str(data.get("state") or "unknown"),
+            state=state,
             error=None if error is None else str(error),
             notebook=(task_dir / str(notebook)) if notebook else None,
             duration_s=float(duration) if isinstance(duration, (int, float)) else None,

@@ -6,6 +6,7 @@ claims ledger per source, asks each experiment's presenter for its sections and
 renders ``template.html`` with jinja2 (autoescape on: every string that comes from
 a config, a record, a status file or a notebook is escaped; nothing is marked safe).
 Plots are inline base64 PNGs and the CSS is inline, so ``index.html`` is self-contained.
+The folder is written aside and swapped in whole (:mod:`hpcbench.report.report_folder`).
 """
 
 from __future__ import annotations
@@ -21,23 +22,31 @@ import pandas as pd
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import COLUMNS, empty_frame
-from hpcbench.report.aggregate import Aggregate, Source, aggregate, load_sources
+from hpcbench.report.aggregate import Aggregate, Source, aggregate, check_sources, load_sources, print_warning
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, fmt_number, page_template, png_of,
                                  present_stats, slug)
 from hpcbench.report.publish import report_manifest, write_report_manifest
+from hpcbench.report.report_folder import replacing_report_folder
 
 if TYPE_CHECKING:
     from hpcbench.report.dask_slurm import DaskSlurmConfig
 
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, scheduler: str | None = None,
                  dask_slurm: DaskSlurmConfig | None = None, files_per_partition: int = 25,
-                 title: str | None = None, progress: Callable[[str], None] = print) -> Path:
+                 title: str | None = None, progress: Callable[[str], None] = print,
+                 warn: Callable[[str], None] = print_warning) -> Path:
     """Write ``out_dir/index.html``, the report of ``run_dirs`` side by side.
+
+    The report is written into a hidden sibling of ``out_dir`` and swapped in whole at the
+    end (:mod:`hpcbench.report.report_folder`): a failure or an interrupt leaves the
+    previous report as it was.
 
     Args:
         run_dirs: run directories; each is one source (labelled by its run id, or its name).
-        out_dir: where ``index.html`` goes (created), with ``report.json``, the report's
-            metadata as data (title, runs, verdict counts) for ``hpcbench publish``.
+            One given twice (``R`` and ``./R/``) is read once, with a warning.
+        out_dir: where ``index.html`` goes, with ``report.json``, the report's metadata as
+            data (title, runs, verdict counts) for ``hpcbench publish``. A new folder, an
+            empty one, or an earlier report (one with a ``report.json``), which is replaced.
         scheduler: address of a running dask scheduler to use; None starts a local
             cluster for the duration of the call.
         dask_slurm: start the dask workers as SLURM jobs instead (dask-jobqueue; see
@@ -46,35 +55,39 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
         files_per_partition: records files read by one dask task.
         title: the page title (default: names the sources).
         progress: receives short progress lines.
+        warn: receives warnings (a run dir given twice, one whose tasks have no records
+            yet); default: printed to stderr.
 
     Returns:
         The path of ``index.html``.
 
     Raises:
-        HpcbenchError: a run directory is missing or is not a directory (before any
-            cluster is started), the scheduler cannot be reached, or the SLURM
-            workers do not start (naming their jobs and logs).
+        HpcbenchError: before any cluster is started, naming the path: a run directory is
+            missing, is not a directory, or has no task and no records (an empty folder);
+            ``out_dir`` is a file or a non-empty folder that is not an earlier report.
+            Later: the scheduler cannot be reached, or the SLURM workers do not start
+            (naming their jobs and logs).
     """
-    sources = load_sources(run_dirs)
+    sources = load_sources(run_dirs, warn=warn)
+    check_sources(sources, warn=warn)
     if files_per_partition < 1:
         raise HpcbenchError(f"files_per_partition must be >= 1, got {files_per_partition}")
     out = Path(out_dir)
     claims = _claims_api()
     raw_experiments = _raw_experiments()
-    if dask_slurm is not None and not dask_slurm.log_directory:
-        dask_slurm = dataclasses.replace(dask_slurm, log_directory=str(out / "dask-slurm"))
-    with _dask_client(scheduler, dask_slurm, progress) as client:
-        agg = aggregate(sources, client, files_per_partition, raw_experiments=raw_experiments,
-                        progress=progress)
-    # Resolved here so that the page and report.json carry the same title.
-    title = title or "hpcbench report: " + ", ".join(agg.labels)
-    html = render(agg, claims=claims, title=title)
-    out.mkdir(parents=True, exist_ok=True)
-    index = out / "index.html"
-    progress(f"report: writing {index}")
-    index.write_text(html, encoding="utf-8")
-    write_report_manifest(out, report_manifest(title, agg.sources, _verdicts_by_source(agg, claims)))
-    return index
+    with replacing_report_folder(out, warn) as building:
+        if dask_slurm is not None and not dask_slurm.log_directory:
+            dask_slurm = dataclasses.replace(dask_slurm, log_directory=str(building / "dask-slurm"))
+        with _dask_client(scheduler, dask_slurm, progress) as client:
+            agg = aggregate(sources, client, files_per_partition, raw_experiments=raw_experiments,
+                            progress=progress)
+        # Resolved here so that the page and report.json carry the same title.
+        title = title or "hpcbench report: " + ", ".join(agg.labels)
+        html = render(agg, claims=claims, title=title)
+        progress(f"report: writing {out / 'index.html'}")
+        (building / "index.html").write_text(html, encoding="utf-8")
+        write_report_manifest(building, report_manifest(title, agg.sources, _verdicts_by_source(agg, claims)))
+    return out / "index.html"
 
 
 def _verdicts_by_source(agg: Aggregate, claims: _Claims) -> dict[str, dict[str, str] | None]:
@@ -290,9 +303,9 @@ def interval_figure(rows: list[tuple[str, Any]], several: bool) -> Figure | None
 
 def failed_tasks_section(agg: Aggregate) -> Section:
     failed = [t for t in agg.tasks if t.state not in ("done", "pending", "running")]
-    section = Section(title="Failed tasks", id="failed-tasks")
+    section = Section(title="Failed, interrupted and stale tasks", id="failed-tasks")
     if not failed:
-        section.notes.append(Cell("no task failed", "ok"))
+        section.notes.append(Cell("no task failed, was interrupted or is stale", "ok"))
         return section
     rows = []
     for t in failed:

@@ -23,12 +23,12 @@ import fcntl
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 
+from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.report.kit import page_template
 from hpcbench.report.kit import slug as text_slug
@@ -96,18 +96,13 @@ def report_manifest(title: str, sources: Sequence[Any],
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` in one rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from a web server's user
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Replace ``path`` by ``text`` in one rename, so a reader never sees half a file.
+
+    The mode follows the umask (``0644`` under the usual 022, so a web server's user can
+    read the page; ``0664`` under a project group's 002).
+    """
+    with atomic_write(path, "w") as fh:
+        fh.write(text)
 
 
 def write_report_manifest(out_dir: str | Path, manifest: Mapping[str, Any]) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
@@ -10,8 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.experiments import EXPERIMENTS
+from hpcbench.run.interrupt import RunInterrupted, SignalGuard, Stop
 from hpcbench.run.rundir import TaskStatus, now, read_status, task_dir, write_status
 from hpcbench.run.suite import TaskSpec
 
@@ -25,8 +29,14 @@ def notebook_parameters(spec: TaskSpec, run_dir: Path, suite: str) -> dict[str, 
             "output_dir": str(task_dir(run_dir, spec.task_id).resolve())}
 
 
-def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str = KERNEL_NAME) -> TaskStatus:
-    """Run one task's notebook with papermill and return its final status (never raises)."""
+def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str = KERNEL_NAME,
+                 stop: Stop | None = None) -> TaskStatus:
+    """Run one task's notebook with papermill and return its final status (never raises).
+
+    When ``stop`` was requested while the notebook ran (its kernel and ranks were
+    terminated by :class:`~hpcbench.run.interrupt.SignalGuard`), the task ends
+    ``interrupted``, not ``failed``: it says nothing about the task itself.
+    """
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -39,8 +49,20 @@ def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str 
         status.job_id, status.batch_log, status.attempt = before.job_id, before.batch_log, before.attempt
     status.state, status.started = "running", now()
     status.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    # Who runs it, so `hpcbench status` and the report can tell a live task from a stale one.
+    status.host, status.pid = socket.gethostname(), os.getpid()
+    status.pid_started = psutil.Process().create_time()
     write_status(run_dir, status)
     start = time.monotonic()
+
+    def record_interrupted() -> None:
+        stopped = copy.copy(status)
+        stopped.state, stopped.error, stopped.finished = "interrupted", stop.reason(), now()
+        stopped.duration_s = round(time.monotonic() - start, 3)
+        write_status(run_dir, stopped)
+
+    if stop is not None:
+        stop.on_stopped.append(record_interrupted)
     try:
         notebook = EXPERIMENTS.get(spec.experiment).notebook_path()
         pm.execute_notebook(
@@ -61,6 +83,11 @@ def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str 
     except Exception as exc:  # a failed task must not stop the others
         status.state = "failed"
         status.error = f"{type(exc).__name__}: {exc}"
+    if stop is not None:
+        stop.on_stopped.remove(record_interrupted)
+    if stop is not None and stop.requested and status.state != "done":
+        status.state, status.cell = "interrupted", None
+        status.error = stop.reason()  # the kernel died of the stop, not of the task
     status.finished = now()
     status.duration_s = round(time.monotonic() - start, 3)
     logs = sorted((tdir / "logs").glob("*.log")) if (tdir / "logs").is_dir() else []
@@ -75,7 +102,13 @@ def run_manifest_task(run_dir: Path, manifest: Path, index: int) -> TaskStatus:
     if not 0 <= index < len(tasks):
         raise HpcbenchError(f"{manifest}: no task {index} (it lists {len(tasks)})")
     suite = json.loads((Path(run_dir) / "run.json").read_text()).get("suite", "")
-    return execute_task(TaskSpec(**tasks[index]), Path(run_dir), suite)
+    # SLURM signals this process (scancel, the time limit, `--signal=B:TERM@120`): the
+    # guard ends the kernel and the ranks and the task is recorded as interrupted.
+    with SignalGuard() as stop:
+        status = execute_task(TaskSpec(**tasks[index]), Path(run_dir), suite, stop=stop)
+    if stop.requested:
+        raise RunInterrupted(stop.signum, [status])
+    return status
 
 
 def check_kernel(kernel_name: str = KERNEL_NAME) -> str | None:

@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,12 @@ from hpcbench import __version__
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.run.suite import Suite, TaskSpec
 
-STATES = ("pending", "running", "done", "failed")
+#: ``interrupted``: stopped by a signal (see :mod:`hpcbench.run.interrupt`); like
+#: ``failed`` it never counts, and ``suite resume`` runs it again.
+STATES = ("pending", "running", "done", "failed", "interrupted")
+#: A ``running`` task whose process is known to be gone (the runner was SIGKILLed, the
+#: node rebooted) is shown as ``stale``; the file itself is left as the evidence.
+STALE = "stale"
 
 
 @dataclass
@@ -43,6 +47,9 @@ class TaskStatus:
     slurm_state: str | None = None  # the last state SLURM reported
     batch_log: str | None = None    # the job's stdout/stderr file
     attempt: int = 1
+    host: str | None = None         # the host whose process table holds ``pid``
+    pid: int | None = None          # the process executing the task while it runs
+    pid_started: float | None = None  # that process's start time, so a reused pid is not taken for it
 
     @classmethod
     def for_task(cls, spec: TaskSpec) -> "TaskStatus":
@@ -50,11 +57,12 @@ class TaskStatus:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
+    """Write ``data`` as JSON to ``path`` in one rename, mode ``0o666 & ~umask``."""
+    # Imported here: this function is the only user in this module.
+    from hpcbench.core.atomic import atomic_write
+
+    with atomic_write(path, "w") as fh:
         json.dump(data, fh, indent=2, default=str)
-    os.replace(tmp, path)
 
 
 def task_dir(run_dir: Path, task_id: str) -> Path:
@@ -73,6 +81,24 @@ def read_status(path: Path) -> TaskStatus:
     return TaskStatus(**json.loads(Path(path).read_text()))
 
 
+def effective_state(status: TaskStatus) -> tuple[str, str | None]:
+    """The state to show, and why when it differs from the file's: a ``running`` task
+    whose process is gone on this host is ``stale``. On another host it cannot be
+    told from here (None reason, state unchanged); the SLURM backend asks squeue."""
+    if status.state != "running" or not status.pid or status.host != socket.gethostname():
+        return status.state, None
+    import psutil
+
+    try:
+        started = psutil.Process(status.pid).create_time()
+        if status.pid_started is None or abs(started - status.pid_started) < 1.0:
+            return status.state, None
+    except psutil.Error:
+        pass
+    return STALE, (f"status says running, but its process (pid {status.pid} on {status.host}) is gone: "
+                   "the runner was killed; `hpcbench suite resume` reruns it")
+
+
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -86,6 +112,32 @@ def new_run_dir(out: Path, suite: str) -> Path:
         n += 1
         path = out / f"{suite}-{stamp}-{n}"
     return path
+
+
+def check_run_dir(run_dir: Path, given: str) -> None:
+    """Refuse, before any work, a run dir that is a file, non-empty, or cannot be created.
+
+    ``given`` is the option as typed (``--out results``), for the message. Creation is
+    probed by creating the folders and removing them again, so a refusal that comes
+    later (the backend's) leaves nothing behind; ``prepare_run_dir`` creates them for real.
+    """
+    if run_dir.exists():
+        if not run_dir.is_dir():
+            raise HpcbenchError(f"{given}: {run_dir} is a file, not a folder")
+        if any(run_dir.iterdir()):
+            raise HpcbenchError(f"{given}: run dir {run_dir} already exists and is not empty; choose another")
+        return
+    missing = [run_dir]
+    while not missing[-1].parent.exists():  # false too below a file: the loop stops at that file
+        missing.append(missing[-1].parent)
+    if not missing[-1].parent.is_dir():
+        raise HpcbenchError(f"{given}: {missing[-1].parent} is a file, not a folder")
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise HpcbenchError(f"{given}: cannot create {run_dir} ({exc.strerror or exc})") from None
+    for folder in missing:  # deepest first
+        folder.rmdir()
 
 
 def prepare_run_dir(run_dir: Path, suite: Suite, backend: str) -> None:
@@ -118,7 +170,11 @@ def set_aside_attempt(run_dir: Path, task_id: str) -> int:
     tdir = task_dir(run_dir, task_id)
     attempt = 1
     if (tdir / "status.json").is_file():
-        attempt = read_status(tdir / "status.json").attempt
+        before = read_status(tdir / "status.json")
+        attempt = before.attempt
+        if before.state == "pending" and before.started is None and \
+                [p.name for p in tdir.iterdir()] == ["status.json"]:
+            return attempt  # never started: nothing to keep, the same attempt runs it
     if tdir.exists():
         dest = run_dir / "attempts" / task_id / str(attempt)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -127,15 +183,30 @@ def set_aside_attempt(run_dir: Path, task_id: str) -> int:
 
 
 def load_run(run_dir: Path) -> tuple[Suite, dict[str, Any]]:
-    """The suite and ``run.json`` of an existing run dir."""
+    """The suite and ``run.json`` of an existing run dir.
+
+    ``suite.json`` is validated like a suite file (:func:`~hpcbench.run.suite.suite_from_dict`):
+    ``suite resume`` runs what it lists, and it may have been edited by hand.
+
+    Raises:
+        HpcbenchError: naming the run dir or the file (and the entry) at fault.
+    """
+    from hpcbench.run.suite import suite_from_dict  # only this function needs it
+
     run_dir = Path(run_dir)
-    try:
-        info = json.loads((run_dir / "run.json").read_text())
-        data = json.loads((run_dir / "suite.json").read_text())
-    except FileNotFoundError as exc:
-        raise HpcbenchError(f"{run_dir} is not an hpcbench run dir ({exc.filename} is missing)") from None
-    except json.JSONDecodeError as exc:
-        raise HpcbenchError(f"{run_dir}: run.json or suite.json is not valid JSON ({exc})") from None
-    tasks = [TaskSpec(**t) for t in data["tasks"]]
-    return Suite(name=data["name"], description=data.get("description", ""), tasks=tasks,
-                 source=data.get("source", "")), info
+    if not run_dir.is_dir():
+        what = "is a file" if run_dir.exists() else "does not exist"
+        raise HpcbenchError(f"{run_dir} {what}; expected a run dir written by `hpcbench run` or `hpcbench suite`")
+    docs = {}
+    for name in ("run.json", "suite.json"):
+        path = run_dir / name
+        try:
+            docs[name] = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise HpcbenchError(f"{run_dir} is not an hpcbench run dir ({path} is missing)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise HpcbenchError(f"{path}: not readable JSON ({exc})") from None
+    info = docs["run.json"]
+    if not isinstance(info, dict):
+        raise HpcbenchError(f"{run_dir / 'run.json'}: not a JSON object")
+    return suite_from_dict(docs["suite.json"], str(run_dir / "suite.json")), info

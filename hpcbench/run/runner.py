@@ -2,84 +2,150 @@
 
 Per task, ``RUN_DIR/tasks/<task_id>/`` receives the executed notebook, the records
 (written by the notebook through :class:`hpcbench.run.task.Task`), logs, and a
-``status.json`` (pending, running, done or failed with the error and the cell).
-A failed task does not stop the others; :func:`run_suite` returns the statuses and
-the CLI's exit code says whether any failed.
+``status.json`` (pending, running, done, failed with the error and the cell, or
+interrupted). A failed task does not stop the others; :func:`run_suite` returns the
+statuses and the CLI's exit code says whether any failed. A signal stops the whole
+run cleanly (:mod:`hpcbench.run.interrupt`) and raises :class:`RunInterrupted`; a
+run dir is used by one runner at a time (:mod:`hpcbench.run.lock`).
 
 Backends live in :mod:`hpcbench.run.backends`; run-dir I/O in :mod:`hpcbench.run.rundir`.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcbench.run.backends import BACKENDS
+from hpcbench.run.backends.base import RunContext
 from hpcbench.run.execute import check_kernel
-from hpcbench.run.rundir import TaskStatus, load_run, prepare_run_dir, set_aside_attempt, tasks_to_resume, write_status
+from hpcbench.run.interrupt import RunInterrupted, SignalGuard
+from hpcbench.run.limits import check_limits
+from hpcbench.run.lock import LOCK_NAME, Holder, RunDirLock, read_holder
+from hpcbench.run.progress import Progress
+from hpcbench.run.rundir import (STALE, TaskStatus, effective_state, load_run, prepare_run_dir, read_status, read_statuses, set_aside_attempt,
+                                 task_dir, tasks_to_resume, write_status)
 from hpcbench.run.suite import Suite
 
 
 def resume_suite(run_dir: Path, *, backend: str | None = None, jobs: int | None = None,
-                 progress: bool = True, options: dict[str, Any] | None = None) -> list[TaskStatus]:
-    """Rerun only the failed or missing tasks of ``run_dir``, each as a new attempt."""
+                 progress: bool = True, options: dict[str, Any] | None = None,
+                 oversubscribe: bool = False) -> list[TaskStatus]:
+    """Rerun only the failed, interrupted or missing tasks of ``run_dir``, each as a new attempt.
+
+    Holds the run dir's lock (a second runner on a live run dir is refused), and
+    leaves alone tasks whose SLURM jobs are still queued or running. The tasks to rerun
+    pass the limits of :mod:`hpcbench.run.limits` first (``oversubscribe``, or the suite's own).
+    """
+    run_dir = Path(run_dir)
     suite, info = load_run(run_dir)
-    todo = tasks_to_resume(run_dir, suite)
-    if not todo:
-        print(f"{run_dir}: every task is done; nothing to resume", file=sys.stderr)
-        return []
-    for spec in todo:
-        attempt = set_aside_attempt(run_dir, spec.task_id)
-        status = TaskStatus.for_task(spec)
-        status.attempt = attempt
-        write_status(run_dir, status)
-    return _run_tasks(Suite(suite.name, suite.description, todo, suite.source), run_dir,
-                      backend=backend or info.get("backend", "local"), jobs=jobs, progress=progress,
-                      options=options)
+    backend = backend or info.get("backend", "local")
+    impl = BACKENDS.get(backend)
+    with RunDirLock(run_dir):
+        todo = tasks_to_resume(run_dir, suite)
+        live = impl.live_tasks([s for s in read_statuses(run_dir) if s.task_id in {t.task_id for t in todo}])
+        for task_id, state in sorted(live.items()):
+            print(f"{task_id}: its SLURM job is still {state}; not submitted again", file=sys.stderr)
+        todo = [t for t in todo if t.task_id not in live]
+        if not todo:
+            print(f"{run_dir}: no task to resume (every task is done{' or still queued' if live else ''})",
+                  file=sys.stderr)
+            return []
+        todo_suite = Suite(suite.name, suite.description, todo, suite.source, suite.oversubscribe)
+        check_limits(todo_suite, backend, options, oversubscribe=oversubscribe)  # before any attempt is moved
+        for spec in todo:
+            attempt = set_aside_attempt(run_dir, spec.task_id)
+            status = TaskStatus.for_task(spec)
+            status.attempt = attempt
+            write_status(run_dir, status)
+        return _run_tasks(todo_suite, run_dir,
+                          backend=backend, jobs=jobs, progress=progress, options=options)
 
 
 def run_suite(suite: Suite, run_dir: Path, *, backend: str = "local", jobs: int | None = None,
-              progress: bool = True, options: dict[str, Any] | None = None) -> list[TaskStatus]:
+              progress: bool = True, options: dict[str, Any] | None = None,
+              oversubscribe: bool = False) -> list[TaskStatus]:
     """Run every task of ``suite`` into ``run_dir``; return the statuses in suite order.
 
     Args:
         jobs: tasks at once (local default 1; SLURM: the array's ``%M``, default no cap).
         options: backend options (SLURM: partition, account, time, ...).
+        oversubscribe: run locally even with more ranks than cores (as ``suite.oversubscribe``).
+
+    Raises:
+        LimitError: a task exceeds the cores or memory it would get (:mod:`hpcbench.run.limits`);
+            nothing is written.
     """
     impl = BACKENDS.get(backend)
     impl.check(options or {})
+    check_limits(suite, backend, options, oversubscribe=oversubscribe)
     prepare_run_dir(run_dir, suite, backend)
-    for spec in suite.tasks:
-        write_status(run_dir, TaskStatus.for_task(spec))
-    return _run_tasks(suite, run_dir, backend=backend, jobs=jobs, progress=progress, options=options)
+    with RunDirLock(run_dir):
+        for spec in suite.tasks:
+            write_status(run_dir, TaskStatus.for_task(spec))
+        return _run_tasks(suite, run_dir, backend=backend, jobs=jobs, progress=progress, options=options)
 
 
 def _run_tasks(suite: Suite, run_dir: Path, *, backend: str, jobs: int | None, progress: bool,
                options: dict[str, Any] | None) -> list[TaskStatus]:
+    """Run ``suite.tasks`` on ``backend`` under the signal guard (caller holds the lock).
+
+    Raises:
+        RunInterrupted: after a SIGINT/SIGTERM/SIGUSR1 stopped the run cleanly; it
+            carries the statuses of every task of ``suite`` as they ended.
+    """
     impl = BACKENDS.get(backend)
+    shown_dir = run_dir
     warning = check_kernel()
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(suite.tasks), desc=f"suite {suite.name}", unit="task", disable=not progress,
-               file=sys.stderr)
-    failed = 0
-
-    def on_done(st: TaskStatus) -> None:
-        nonlocal failed
-        failed += st.state == "failed"
-        took = f" in {st.duration_s:.1f} s" if st.duration_s is not None else ""
-        msg = f"{st.task_id}: {st.state}{took}"
-        if st.error:
-            msg += f" -- {st.error.splitlines()[0][:200]}"
-        bar.write(msg, file=sys.stderr)
-        bar.set_postfix(failed=failed)
-        bar.update(1)
-
+    # Absolute: papermill changes the process's working directory while a notebook runs,
+    # and the other threads (progress, other tasks) must not follow it.
+    run_dir = Path(run_dir).absolute()
+    display = Progress(run_dir, len(suite.tasks), f"suite {suite.name}", enabled=progress)
     try:
-        return impl.run_tasks(suite.tasks, run_dir, suite.name, jobs=jobs, on_done=on_done,
-                              options=options or {}, bar=bar)
+        with SignalGuard() as stop:
+            statuses = impl.run_tasks(suite.tasks, RunContext(run_dir, suite.name, jobs, options or {}, stop,
+                                                              display))
     finally:
-        bar.close()
+        display.close()
+    if stop.requested:
+        ended = {s.task_id: s for s in statuses}
+        # Tasks never started keep their pending status file: resume runs them.
+        every = [ended.get(t.task_id) or read_status(task_dir(run_dir, t.task_id) / "status.json")
+                 for t in suite.tasks]
+        raise RunInterrupted(stop.signum, every, shown_dir)
+    return statuses
+
+
+@dataclass
+class RunState:
+    suite: str
+    backend: str
+    holder: Holder | None  # the live runner holding the run dir's lock, if any
+    tasks: list[tuple[TaskStatus, str, str | None]]  # (status file, state shown, why it differs)
+
+
+def run_state(run_dir: Path) -> RunState:
+    """Each task's state as it really is: a ``running`` task whose process is gone on this
+    host, or whose SLURM job has left the queue, is shown ``stale`` with the reason."""
+    run_dir = Path(run_dir)
+    suite, info = load_run(run_dir)
+    backend = info.get("backend", "local")
+    statuses = {s.task_id: s for s in read_statuses(run_dir)}
+    holder = read_holder(run_dir / LOCK_NAME)
+    if holder is not None and holder.alive() is False:
+        holder = None
+    live = BACKENDS.get(backend).live_tasks(list(statuses.values())) if backend in BACKENDS else {}
+    rows = []
+    for spec in suite.tasks:
+        st = statuses.get(spec.task_id) or TaskStatus.for_task(spec)
+        shown, why = effective_state(st)
+        if shown == "running" and st.job_id and backend == "slurm" and st.task_id not in live \
+                and shutil.which("squeue"):
+            shown, why = STALE, f"status says running, but SLURM job {st.job_id} is no longer queued or running"
+        rows.append((st, shown, why))
+    return RunState(suite.name, backend, holder, rows)

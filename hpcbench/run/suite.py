@@ -5,6 +5,7 @@ A suite file looks like this (``hpcbench/suites/demo.yaml`` is the shipped examp
     name: demo
     description: what this suite is for
     repeat: 1                     # repetitions of every variant (default 1)
+    oversubscribe: false          # true: run locally even with more ranks than cores (default false)
     tasks:
       - experiment: environment
       - experiment: collectives
@@ -15,7 +16,9 @@ A suite file looks like this (``hpcbench/suites/demo.yaml`` is the shipped examp
           two_nodes: {nodes: 2, ranks_per_node: 2}
 
 Every task's parameters are validated against its experiment's config when the
-suite is loaded, so a typo fails before any notebook starts.
+suite is loaded, so a typo fails before any notebook starts. The same holds for a
+suite read back from a run dir's ``suite.json`` (:func:`suite_from_dict`), which
+``suite resume`` trusts no more than a YAML file: it may have been edited by hand.
 """
 
 from __future__ import annotations
@@ -29,11 +32,26 @@ from typing import Any
 import yaml
 
 from hpcbench.core.errors import ConfigError, HpcbenchError, RegistryError, SuiteError
+from hpcbench.core.registry import did_you_mean
 from hpcbench.experiments import EXPERIMENTS
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Suite and variant names become path components (OUT/<suite>-<time>, tasks/<exp>.<variant>.r<k>)
+# and SLURM job names: no '/', no leading '.', no whitespace. Always used with fullmatch:
+# with match, "$" also matches before a trailing newline, so "a\n" would pass.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_NAME_RULE = "may hold only letters, digits, '_', '.', '-' and must start with a letter or digit"
 _ENTRY_KEYS = {"experiment", "params", "variants", "repeat"}
-_SUITE_KEYS = {"name", "description", "repeat", "tasks"}
+_SUITE_KEYS = {"name", "description", "repeat", "oversubscribe", "tasks"}
+# What Suite.to_dict writes to suite.json (run dirs written before oversubscribe existed lack it).
+_SUITE_JSON_KEYS = {"name", "description", "source", "oversubscribe", "tasks"}
+_TASK_KEYS = {"task_id", "experiment", "variant", "repetition", "params"}  # TaskSpec's fields, in suite.json
+
+#: Repetitions of one variant. Launch-to-launch spread needs 5-30; more than this is a typo
+#: (an extra zero) that would otherwise expand into millions of tasks while the suite loads.
+MAX_REPEAT = 1000
+#: Tasks in one suite: far above any real campaign (the reproduce suite has ~100), low
+#: enough that expanding, validating and writing one status.json each stays quick.
+MAX_SUITE_TASKS = 10000
 
 
 @dataclass(frozen=True)
@@ -53,10 +71,12 @@ class Suite:
     description: str
     tasks: list[TaskSpec]
     source: str
+    oversubscribe: bool = False
+    """run locally even when a task has more ranks than this machine has cores (hpcbench.run.limits)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "source": self.source,
-                "tasks": [t.__dict__ for t in self.tasks]}
+                "oversubscribe": self.oversubscribe, "tasks": [t.__dict__ for t in self.tasks]}
 
 
 def shipped_suites() -> list[str]:
@@ -65,16 +85,60 @@ def shipped_suites() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+def is_plain_name(text: Any) -> bool:
+    """Whether ``text`` is usable as a suite, variant or task name (see ``_NAME_RE``)."""
+    return isinstance(text, str) and _NAME_RE.fullmatch(text) is not None
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping holds the same key twice; carries the key and both lines (1-based)."""
+
+    def __init__(self, key: Any, line: int, first_line: int):
+        self.key, self.line, self.first_line = key, line, first_line
+        super().__init__(f"line {line}: duplicate key {key!r} (first given at line {first_line})")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    PyYAML keeps the last value silently, so two variants named ``a`` would run one of
+    them, and ``iters`` given twice would run with whichever came last. YAML 1.2 requires
+    keys to be unique; this loader enforces it. Merge keys (``<<: *base``) may still be
+    overridden, as YAML intends.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = key in first_line
+                except TypeError:
+                    continue  # an unhashable key: the base class reports it with its position
+                line = key_node.start_mark.line + 1
+                if seen:
+                    raise DuplicateKeyError(key, line, first_line[key])
+                first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_suite(name_or_path: str | Path) -> Suite:
     """Load a shipped suite by name, or a user's suite from a YAML path.
 
     Raises:
-        SuiteError: naming the file and entry for anything malformed, and
-            ConfigError-derived messages for invalid parameters.
+        SuiteError: naming the file and entry for anything malformed (unreadable or
+            non-UTF-8 file, invalid YAML, a key given twice), and ConfigError-derived
+            messages for invalid parameters.
     """
     text, source = _read_suite_text(name_or_path)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
+    except DuplicateKeyError as exc:
+        raise SuiteError(f"{source}, line {exc.line}: key {exc.key!r} is given twice (first at line "
+                         f"{exc.first_line}); YAML would keep only the last one") from None
     except yaml.YAMLError as exc:
         raise SuiteError(f"{source}: not valid YAML ({exc})") from None
     return parse_suite(data, source)
@@ -83,9 +147,17 @@ def load_suite(name_or_path: str | Path) -> Suite:
 def _read_suite_text(name_or_path: str | Path) -> tuple[str, str]:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise SuiteError(f"suite file {path} does not exist")
-        return path.read_text(), str(path)
+        if not path.is_file():
+            raise SuiteError(f"suite file {path} is not a file")
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except UnicodeDecodeError as exc:
+            raise SuiteError(f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); "
+                             "save the suite as UTF-8") from None
+        except OSError as exc:
+            raise SuiteError(f"{path}: cannot read the suite file ({exc.strerror or exc})") from None
     name = str(name_or_path)
     if name not in shipped_suites():
         raise SuiteError(f"unknown suite {name!r}; shipped suites: {shipped_suites()} "
@@ -98,10 +170,8 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
     """Expand a suite mapping into validated tasks (see the module docstring)."""
     if not isinstance(data, dict):
         raise SuiteError(f"{source}: a suite is a mapping with keys {sorted(_SUITE_KEYS)}")
-    unknown = sorted(set(data) - _SUITE_KEYS)
-    if unknown:
-        raise SuiteError(f"{source}: unknown key(s) {unknown}; valid keys: {sorted(_SUITE_KEYS)}")
-    name = str(data.get("name") or Path(source).stem)
+    _refuse_unknown_keys(data, _SUITE_KEYS, source)
+    name = _suite_name(data.get("name"), source)
     suite_repeat = _repeat(data.get("repeat", 1), f"{source}: repeat")
     entries = data.get("tasks")
     if not isinstance(entries, list) or not entries:
@@ -112,9 +182,7 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         where = f"{source}: tasks[{i}]"
         if not isinstance(entry, dict) or "experiment" not in entry:
             raise SuiteError(f"{where}: each task needs an 'experiment' key")
-        bad = sorted(set(entry) - _ENTRY_KEYS)
-        if bad:
-            raise SuiteError(f"{where}: unknown key(s) {bad}; valid keys: {sorted(_ENTRY_KEYS)}")
+        _refuse_unknown_keys(entry, _ENTRY_KEYS, where)
         try:
             exp = EXPERIMENTS.get(str(entry["experiment"]))
         except RegistryError as exc:
@@ -124,10 +192,19 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         if not isinstance(shared, dict) or not isinstance(variants, dict):
             raise SuiteError(f"{where}: 'params' and 'variants' must be mappings")
         repeat = _repeat(entry.get("repeat", suite_repeat), f"{where}.repeat")
+        # Counted before expanding: a bound checked after the loop would come too late.
+        count = len(variants) * repeat
+        if len(tasks) + count > MAX_SUITE_TASKS:
+            raise SuiteError(f"{where}: {len(variants)} variant(s) x repeat {repeat} = {count} tasks, after "
+                             f"{len(tasks)} from earlier entries, exceeds the limit of {MAX_SUITE_TASKS} "
+                             "tasks per suite; split it into several suites")
         for variant, overrides in variants.items():
             variant = str(variant)
-            if not _NAME_RE.match(variant):
-                raise SuiteError(f"{where}: variant name {variant!r} may hold only letters, digits, '_', '.', '-'")
+            if not is_plain_name(variant):
+                raise SuiteError(f"{where}: variant name {variant!r} {_NAME_RULE}")
+            if overrides is not None and not isinstance(overrides, dict):
+                raise SuiteError(f"{where}, variant {variant!r}: the overrides must be a mapping of "
+                                 f"parameter: value, got {type(overrides).__name__} {overrides!r}")
             try:
                 config = exp.config.from_dict({**shared, **(overrides or {})})
             except ConfigError as exc:
@@ -138,7 +215,8 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
                     raise SuiteError(f"{where}: task {task_id} appears twice in the suite")
                 seen.add(task_id)
                 tasks.append(TaskSpec(task_id, exp.name, variant, rep, config.to_dict()))
-    return Suite(name=name, description=str(data.get("description", "")), tasks=tasks, source=source)
+    return Suite(name=name, description=str(data.get("description", "")), tasks=tasks, source=source,
+                 oversubscribe=_flag(data.get("oversubscribe", False), f"{source}: oversubscribe"))
 
 
 def single_task_suite(experiment: str, params: dict[str, Any], variant: str = "default") -> Suite:
@@ -147,11 +225,101 @@ def single_task_suite(experiment: str, params: dict[str, Any], variant: str = "d
                        source=f"hpcbench run {experiment}")
 
 
-def _repeat(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SuiteError(f"{where}: {value!r} must be an integer >= 1")
+def suite_from_dict(data: Any, source: str) -> Suite:
+    """The inverse of :meth:`Suite.to_dict`, validated: a run dir's ``suite.json`` read back.
+
+    ``suite resume`` runs what this returns, so a hand-edited file is checked like a
+    YAML suite: task entries with exactly TaskSpec's keys, registered experiments,
+    parameters valid for their config, and task ids that are the plain
+    ``<experiment>.<variant>.r<k>`` they name (a task id is a folder under ``tasks/``;
+    ``../../x`` would write outside the run dir).
+
+    Raises:
+        SuiteError: naming ``source`` and the entry.
+    """
+    if not isinstance(data, dict):
+        raise SuiteError(f"{source}: not a JSON object with keys {sorted(_SUITE_JSON_KEYS)}")
+    _refuse_unknown_keys(data, _SUITE_JSON_KEYS, source)
+    for key in ("name", "tasks"):
+        if key not in data:
+            raise SuiteError(f"{source}: the key {key!r} is missing")
+    name = data["name"]
+    if not is_plain_name(name):
+        raise SuiteError(f"{source}: suite name {name!r} {_NAME_RULE}")
+    entries = data["tasks"]
+    if not isinstance(entries, list) or not entries:
+        raise SuiteError(f"{source}: 'tasks' must be a non-empty list, got {type(entries).__name__}")
+    if len(entries) > MAX_SUITE_TASKS:
+        raise SuiteError(f"{source}: {len(entries)} tasks exceed the limit of {MAX_SUITE_TASKS}")
+    tasks: list[TaskSpec] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"{source}: tasks[{i}]"
+        if not isinstance(entry, dict):
+            raise SuiteError(f"{where}: a task is an object with keys {sorted(_TASK_KEYS)}")
+        _refuse_unknown_keys(entry, _TASK_KEYS, where)
+        missing = sorted(_TASK_KEYS - set(entry))
+        if missing:
+            raise SuiteError(f"{where}: missing key(s) {missing}")
+        task_id, variant, rep, params = entry["task_id"], entry["variant"], entry["repetition"], entry["params"]
+        try:
+            exp = EXPERIMENTS.get(str(entry["experiment"]))
+        except RegistryError as exc:
+            raise SuiteError(f"{where}: {exc}") from None
+        if not is_plain_name(variant):
+            raise SuiteError(f"{where}: variant name {variant!r} {_NAME_RULE}")
+        if isinstance(rep, bool) or not isinstance(rep, int) or not 0 <= rep < MAX_REPEAT:
+            raise SuiteError(f"{where}: repetition {rep!r} must be an integer from 0 to {MAX_REPEAT - 1}")
+        expected = f"{exp.name}.{variant}.r{rep}"
+        if task_id != expected:
+            raise SuiteError(f"{where}: task_id {task_id!r} is not the plain name {expected!r} of its "
+                             "experiment, variant and repetition")
+        if task_id in seen:
+            raise SuiteError(f"{where}: task {task_id} appears twice")
+        seen.add(task_id)
+        if not isinstance(params, dict):
+            raise SuiteError(f"{where}: 'params' must be an object")
+        try:
+            config = exp.config.from_dict(params)
+        except ConfigError as exc:
+            raise SuiteError(f"{where} ({task_id}): {exc}") from None
+        tasks.append(TaskSpec(task_id, exp.name, variant, rep, config.to_dict()))
+    return Suite(name=name, description=str(data.get("description", "")), tasks=tasks,
+                 source=str(data.get("source", "")),
+                 oversubscribe=_flag(data.get("oversubscribe", False), f"{source}: oversubscribe"))
+
+
+def _refuse_unknown_keys(data: dict, valid: set[str], where: str) -> None:
+    unknown = sorted((k for k in data if k not in valid), key=str)
+    if unknown:
+        hint = did_you_mean(unknown, valid)
+        raise SuiteError(f"{where}: unknown key(s) {unknown}" + (f" ({hint})" if hint else "")
+                         + f"; valid keys: {sorted(valid)}")
+
+
+def _suite_name(value: Any, source: str) -> str:
+    """The suite's ``name``, else its file's stem; either must be a plain name (it names the run dir)."""
+    name = str(value) if value not in (None, "") else Path(source).stem
+    if not is_plain_name(name):
+        origin = "" if value not in (None, "") else " (taken from the file name; set 'name:')"
+        raise SuiteError(f"{source}: suite name {name!r}{origin} {_NAME_RULE}; it names the run dir")
+    return name
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SuiteError(f"{where}: {value!r} must be true or false")
     return value
 
 
-__all__ = ["Suite", "TaskSpec", "load_suite", "parse_suite", "shipped_suites", "single_task_suite",
+def _repeat(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SuiteError(f"{where}: {value!r} must be an integer >= 1")
+    if value > MAX_REPEAT:
+        raise SuiteError(f"{where}: {value} is more than the {MAX_REPEAT} repetitions a variant may have")
+    return value
+
+
+__all__ = ["MAX_REPEAT", "MAX_SUITE_TASKS", "Suite", "TaskSpec", "UniqueKeyLoader", "is_plain_name",
+           "load_suite", "parse_suite", "shipped_suites", "single_task_suite", "suite_from_dict",
            "HpcbenchError"]

@@ -7,11 +7,18 @@ A notebook gathers both with :meth:`Task.from_namespace`, so its code stays shor
     task = Task.from_namespace("collectives", globals())
     task.launch(run_worker)
     df = task.records()
+
+A suite run gives ``output_dir`` (the task's folder in its run dir). A notebook run by hand
+has none: its results go to ``results/interactive/<task_id>`` of the repository
+(:func:`results_root`), emptied at each run so that they are the last run's only.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -19,6 +26,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from hpcbench.core.config import Config
+from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordContext, RecordWriter, empty_frame, find_record_files, read_records
 from hpcbench.experiments import EXPERIMENTS, Experiment
 from hpcbench.system.facts import launch_facts, write_facts
@@ -33,6 +41,44 @@ CONTEXT_DEFAULTS: dict[str, Any] = {
     "repetition": 0,
     "output_dir": "",
 }
+
+
+#: Overrides where interactive results go (default: ``results/`` of the repository).
+RESULTS_ENV = "HPCBENCH_RESULTS"
+
+
+def results_root() -> Path:
+    """The ``results/`` folder that interactive runs write under.
+
+    ``$HPCBENCH_RESULTS`` when set; else ``results/`` of the repository this package is
+    checked out in (its ``pyproject.toml`` names hpcbench), so a notebook run by hand from
+    ``notebooks/`` writes where git ignores it, not next to the notebook; else (an installed
+    package) ``results/`` of the current directory.
+    """
+    if os.environ.get(RESULTS_ENV):
+        return Path(os.environ[RESULTS_ENV]).expanduser()
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        pyproject = (repo / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        pyproject = ""
+    if re.search(r"""^name\s*=\s*["']hpcbench["']""", pyproject, re.M):
+        return repo / "results"
+    return Path.cwd() / "results"
+
+
+def interactive_dir(task_id: str) -> Path:
+    """``results_root()/interactive/<task_id>``, the folder of a task run by hand.
+
+    Raises:
+        ConfigError: when ``task_id`` would lead outside that folder (``..``, a slash):
+            the folder is deleted at each run, so it must be the task's own.
+    """
+    base = results_root() / "interactive"
+    out = base / task_id
+    if not task_id or Path(task_id).name != task_id or task_id in (".", ".."):
+        raise ConfigError(f"{task_id!r} is not one folder name inside {base}", field="task_id")
+    return out
 
 
 @dataclass
@@ -58,7 +104,12 @@ class Task:
     def create(cls, exp: Experiment, values: Mapping[str, Any], ctx: Mapping[str, Any]) -> "Task":
         config = exp.config.from_dict(values)
         task_id = ctx.get("task_id") or f"{exp.name}.{ctx.get('variant') or 'default'}"
-        out_dir = Path(ctx.get("output_dir") or Path("results") / "interactive" / task_id)
+        if ctx.get("output_dir"):
+            out_dir = Path(ctx["output_dir"])  # a suite's task folder: its runner owns what is in it
+        else:
+            out_dir = interactive_dir(task_id)
+            # Replaced per run: a rerun with fewer ranks must not find the last run's rank files.
+            shutil.rmtree(out_dir, ignore_errors=True)
         context = RecordContext(
             run_id=str(ctx.get("run_id") or "interactive"), suite=str(ctx.get("suite") or ""),
             experiment=exp.name, variant=str(ctx.get("variant") or "default"), task_id=task_id,

@@ -1,10 +1,47 @@
 """Experiment ``batch_scaling``: per-rank throughput against the batch, with gradient accumulation (C2)."""
 
-from hpcbench.experiments import Experiment, distributed_resources, register
+from hpcbench.core.units import approx_bytes
+from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
+                                  distributed_resources, register)
 from hpcbench.experiments.batch_scaling.config import BatchScalingConfig
 from hpcbench.experiments.batch_scaling.present import present_batch_scaling
 from hpcbench.experiments.batch_scaling.rules import RULES
 from hpcbench.experiments.batch_scaling.summary import summarize
+from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
+
+#: Alive at once (worker.run_worker): the base model's weights, and the DDP copy's weights,
+#: gradients and buckets; SGD without momentum keeps no state.
+STATE_COPIES = 4
+
+
+def estimate(cfg: BatchScalingConfig) -> Estimate:
+    """The model's parameter copies plus the layer outputs of the largest micro-batch, per rank."""
+    gpu = cfg.backend == "nccl"
+    speed = GPU_SPEED if gpu else CPU_SPEED
+    ranks = cfg.nodes * cfg.ranks_per_node
+    largest = cfg.base_batch * max(cfg.factors)  # both regimes reach it: larger_batch at the top factor
+    peak = training_memory(cfg.model, samples=largest, image_size=cfg.image_size, seq_len=cfg.seq_len,
+                           state_copies=STATE_COPIES)
+    seconds: float | None = TASK_STARTUP_S
+    for regime in cfg.regimes:
+        for factor in cfg.factors:
+            micro, accum = cfg.plan(regime, factor)
+            step = training_step_seconds(cfg.model, samples=micro * accum, image_size=cfg.image_size,
+                                         seq_len=cfg.seq_len, ranks=ranks, speed=speed)
+            if step is None or seconds is None:
+                seconds = None
+                continue
+            seconds += (cfg.warmup_steps + cfg.steps) * step
+    if peak is None:
+        return Estimate(RANK_BYTES, ranks, None,
+                        basis=f"no footprint for {cfg.model}: one bare process per rank, the model not counted")
+    return Estimate(
+        memory_per_rank=RANK_BYTES + (0 if gpu else peak), ranks=ranks, seconds=seconds,
+        device_memory_per_rank=peak if gpu else 0,
+        basis=f"{STATE_COPIES} float32 copies of {cfg.model}'s parameters + 2x its layer outputs for the largest "
+              f"micro-batch of {largest}: {approx_bytes(peak)} per rank {'on the GPU' if gpu else 'in host memory'}, "
+              f"+ {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task")
+
 
 SPEC = register(Experiment(
     name="batch_scaling",
@@ -15,4 +52,5 @@ SPEC = register(Experiment(
     rules=RULES,
     present=present_batch_scaling,
     resources=distributed_resources,
+    estimate=estimate,
 ))

@@ -17,14 +17,17 @@ class BatchScalingConfig(DistributedConfig):
 
     model: str = param("resnet_tiny", "model to train (resnet50 / gpt2_124M on GPUs)", choices=MODEL_NAMES)
     base_batch: int = param(4, "the 'cloud' batch per rank that the factors multiply", min=1)
-    factors: list[int] = param([1, 2, 4, 8], "batch factors; the guide's claim is about > 4x", min=1, max=1024)
+    factors: list[int] = param([1, 2, 4, 8], "batch factors; the guide's claim is about > 4x", min=1, max=1024,
+                               allowed="non-empty, no repeats; with fixed_global_batch each divides the largest")
     regimes: list[str] = param(list(REGIMES), "larger_batch: one step per micro-batch; fixed_global_batch: "
                                               "max(factors) x base_batch per step by gradient accumulation",
-                               choices=REGIMES)
-    mode: str = param("ddp", "communication mode of the data parallelism", choices=MODE_NAMES)
+                               choices=REGIMES, allowed="non-empty")
+    mode: str = param("ddp", "communication mode of the data parallelism", choices=MODE_NAMES,
+                      allowed="a mode that supports the nodes x ranks_per_node layout")
     bucket_cap_mb: float = param(25.0, "DDP gradient bucket size in MiB", min=1e-6)
     image_size: int = param(32, "side of the synthetic images (224 for ImageNet-sized steps)", min=32, max=1024)
-    seq_len: int = param(64, "tokens per synthetic sequence", min=2, max=1024)
+    seq_len: int = param(64, "tokens per synthetic sequence", min=2, max=1024,
+                         allowed="at most a text model's block size")
     warmup_steps: int = param(1, "untimed optimizer steps per batch size", min=0, max=1000)
     steps: int = param(4, "timed optimizer steps per batch size; each one is kept as a sample", min=1, max=100000)
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)

@@ -18,15 +18,19 @@ class CommModesConfig(DistributedConfig):
     """Parameters of ``02_comm_modes``; the notebook's parameters cell mirrors them."""
 
     models: list[str] = param(["gpt2_tiny", "resnet_tiny"], "models to train (resnet50 and gpt2_124M are the "
-                              "guide's; *_tiny keep CPU runs short)", choices=MODEL_NAMES)
+                              "guide's; *_tiny keep CPU runs short)", choices=MODEL_NAMES,
+                              allowed="non-empty")
     modes: list[str] = param(["ddp", "hybrid_dp_ddp", "hierarchical", "hierarchical_leader"],
-                             "communication modes to compare", choices=MODE_NAMES)
+                             "communication modes to compare", choices=MODE_NAMES,
+                             allowed="non-empty; each supports the nodes x ranks_per_node layout")
     bucket_cap_mb: list[float] = param([25.0], "DDP gradient bucket sizes in MiB (25 is DDP's default; "
-                                       "0.00390625 = one 4 KiB IB MTU, the C17 point)")
+                                       "0.00390625 = one 4 KiB IB MTU, the C17 point)",
+                                       allowed="a non-empty list, each > 0")
     batch_size: int = param(8, "samples per rank per step (images, or sequences of seq_len tokens)", min=1)
     image_size: int = param(32, "side of the synthetic images (224 for ImageNet-sized ResNet steps)",
                             min=32, max=1024)
-    seq_len: int = param(64, "tokens per synthetic sequence (1024 for GPT-2 124M)", min=2, max=1024)
+    seq_len: int = param(64, "tokens per synthetic sequence (1024 for GPT-2 124M)", min=2, max=1024,
+                         allowed="at most each text model's block size")
     warmup_steps: int = param(2, "untimed steps per run; the first ones rebuild DDP's buckets", min=0, max=1000)
     steps: int = param(8, "timed steps per run; each one is kept as a sample", min=1, max=100000)
     measure_noop: bool = param(True, "also time each step with a no-op comm hook, interleaved, for the "

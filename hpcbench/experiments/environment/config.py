@@ -12,7 +12,8 @@ from hpcbench.core.config import Config, param
 class EnvironmentConfig(Config):
     """Parameters of ``00_environment``; the notebook's parameters cell mirrors them."""
 
-    sysfs_root: str = param("/", "root under which /proc and /sys are read; tests point it at a recorded tree")
+    sysfs_root: str = param("/", "root under which /proc and /sys are read; tests point it at a recorded tree",
+                            allowed="an existing directory")
     include_commands: bool = param(True, "run version commands found on PATH (sinfo, mpirun, nvidia-smi...); "
                                          "false records them as not collected")
     command_timeout_s: float = param(10.0, "seconds each external command may take; nvidia-smi can stall "

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from hpcbench.core.config import ByteSize, Config, param
+from hpcbench.data.manifest import MANIFEST_NAME
 
 FORMATS = ("files", "hdf5", "tfrecord", "tar")
 VERIFY_MODES = ("sha256", "size", "none")
@@ -15,18 +17,21 @@ class IoFormatsConfig(Config):
     """Parameters of ``03_io_formats``; the notebook's parameters cell mirrors them."""
 
     dataset: str = param("", "an image folder made by data_prep/make_images.py; empty: generate one "
-                             "under the task's output folder")
+                             "under the task's output folder",
+                         allowed=f"empty, or an existing folder holding {MANIFEST_NAME} (or that file)")
     images: int = param(256, "images to generate when dataset is empty (the benchmark uses 2000)", min=8)
     classes: int = param(8, "classes of the generated images", min=1, max=100000)
     mean_image_kb: float = param(110.0, "mean JPEG size of the generated images; ImageNet's is ~110 KB", min=1)
     formats: list[str] = param(list(FORMATS), "formats to compare; 'files' is the small-file baseline",
-                               choices=FORMATS)
+                               choices=FORMATS, allowed="non-empty")
     shard_size: ByteSize = param(ByteSize(8 << 20), "target shard size; 64M-1G on a parallel file system",
                                  min=4096)
-    workers: list[int] = param([0, 2], "DataLoader num_workers values to sweep", min=0, max=256)
+    workers: list[int] = param([0, 2], "DataLoader num_workers values to sweep", min=0, max=256,
+                               allowed="non-empty")
     prefetch_factors: list[int] = param([1, 2, 4], "DataLoader prefetch_factor values (batches in flight per "
                                                    "worker) swept when workers > 0; 1 = the guide's buffer of "
-                                                   "num_workers x batch_size samples", min=1, max=64)
+                                                   "num_workers x batch_size samples", min=1, max=64,
+                                     allowed="non-empty")
     batch_size: int = param(16, "samples per batch", min=1, max=65536)
     worker_batching: bool = param(True, "each reader process (DataLoader worker) reads and collates whole batches, "
                                         "raw bytes packed into one shared-memory tensor, and the DataLoader runs "
@@ -51,6 +56,16 @@ class IoFormatsConfig(Config):
     seed: int = param(0, "seed of the generated images and of shuffling")
 
     def validate(self) -> None:
+        # The worker reads the data set only after the notebook has started; a mistyped
+        # path must fail here, with the suite, not minutes later in a notebook cell.
+        # The rest of the manifest (counts, checksums) is checked by load_manifest there.
+        if self.dataset:
+            path = Path(self.dataset)
+            if not path.exists():
+                raise self._error("dataset", f"{self.dataset!r} does not exist; leave it empty to generate one")
+            if path.is_dir() and not (path / MANIFEST_NAME).is_file():
+                raise self._error("dataset", f"{self.dataset!r} holds no {MANIFEST_NAME}; build the data set "
+                                             f"with data_prep/make_images.py --out {self.dataset}")
         if not self.formats:
             raise self._error("formats", f"is empty; allowed: {list(FORMATS)}")
         if not self.workers:

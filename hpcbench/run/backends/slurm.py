@@ -25,12 +25,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 from string import Template
-from typing import Any, Callable
+from typing import Any
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.experiments import EXPERIMENTS
-from hpcbench.run.backends.base import Backend
-from hpcbench.run.rundir import TaskStatus, read_status, task_dir, write_json_atomic, write_status
+from hpcbench.run.backends.base import Backend, RunContext
+from hpcbench.run.rundir import TaskStatus, now, read_status, task_dir, write_json_atomic, write_status
 from hpcbench.run.suite import TaskSpec
 
 TEMPLATES_ENV = "HPCBENCH_SLURM_TEMPLATES"
@@ -38,7 +38,10 @@ CLIENT_TIMEOUT_S = 60
 #: sbatch options a user may set per run; values are checked, never shell-evaluated.
 SBATCH_OPTIONS = ("partition", "account", "time", "gres", "cpus_per_task", "qos", "constraint")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,=+/@%-]+$")
-FINAL_STATES = ("done", "failed")
+FINAL_STATES = ("done", "failed", "interrupted")
+#: After scancel, seconds to wait for the jobs to leave the queue before marking them
+#: interrupted anyway (SLURM's KillWait is 30 s by default).
+CANCEL_WAIT_S = 60.0
 
 
 class SlurmError(HpcbenchError):
@@ -136,8 +139,8 @@ class SlurmBackend(Backend):
         sbatch_directives(options)  # bad site options fail before the run dir exists
         _client(["squeue", "-h", "-o", "%i"])  # slurmctld reachable
 
-    def run_tasks(self, tasks, run_dir, suite, *, jobs, on_done, options, bar):
-        run_dir = Path(run_dir).resolve()
+    def run_tasks(self, tasks: list[TaskSpec], ctx: RunContext) -> list[TaskStatus]:
+        run_dir, suite, jobs, options = Path(ctx.run_dir).resolve(), ctx.suite, ctx.jobs, ctx.options
         slurm_dir = run_dir / "slurm"
         log_dir = slurm_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +153,8 @@ class SlurmBackend(Backend):
                 "python": shlex.quote(sys.executable), "directives": sbatch_directives(options)}
         submitted: dict[str, str] = {}  # task id -> job id
         logs: dict[str, str] = {}
+        if ctx.stop.requested:
+            return []
         if local:
             manifest = slurm_dir / f"array-{attempt}.json"
             write_json_atomic(manifest, [asdict(t) for t in local])
@@ -159,6 +164,7 @@ class SlurmBackend(Backend):
                 **base, "job_name": name, "last_index": str(len(local) - 1),
                 "concurrency": f"%{jobs}" if jobs else "", "manifest": shlex.quote(str(manifest))}))
             job = self._submit(script)
+            ctx.stop.cancel_commands.append(["scancel", job])
             for i, t in enumerate(local):
                 submitted[t.task_id] = f"{job}_{i}"
                 logs[t.task_id] = str(log_dir / f"{name}-{job}_{i}.out")
@@ -173,6 +179,7 @@ class SlurmBackend(Backend):
                 **base, "job_name": name, "nodes": str(nodes), "index": "0",
                 "manifest": shlex.quote(str(manifest))}))
             job = self._submit(script)
+            ctx.stop.cancel_commands.append(["scancel", job])
             submitted[t.task_id] = job
             logs[t.task_id] = str(log_dir / f"{name}-{job}.out")
         write_json_atomic(slurm_dir / f"submission-{attempt}.json",
@@ -181,47 +188,71 @@ class SlurmBackend(Backend):
             st = read_status(task_dir(run_dir, t.task_id) / "status.json")
             st.job_id, st.batch_log, st.slurm_state = submitted[t.task_id], logs[t.task_id], "PENDING"
             write_status(run_dir, st)
-        if bar is not None:
-            bar.write(f"submitted {len(local)} array element(s) and {len(multi)} multi-node job(s); "
-                      f"scripts in {slurm_dir}", file=sys.stderr)
-        return self._poll(tasks, run_dir, submitted, logs, on_done, bar)
+        ctx.progress.say(f"submitted {len(local)} array element(s) and {len(multi)} multi-node job(s); "
+                         f"scripts in {slurm_dir}")
+        return self._poll(tasks, run_dir, submitted, logs, ctx)
 
     def _submit(self, script: Path) -> str:
         proc = _client(["sbatch", "--parsable", str(script)])
         return proc.stdout.strip().split(";")[0]
 
     def _poll(self, tasks: list[TaskSpec], run_dir: Path, submitted: dict[str, str], logs: dict[str, str],
-              on_done: Callable[[TaskStatus], None], bar: Any) -> list[TaskStatus]:
+              ctx: RunContext) -> list[TaskStatus]:
         final: dict[str, TaskStatus] = {}
         array_jobs = {j.split("_")[0] for j in submitted.values()}
+        cancelled_at: float | None = None
         while len(final) < len(tasks):
+            if ctx.stop.requested and cancelled_at is None:
+                # scancel makes SLURM signal every job step; each task's `hpcbench task`
+                # ends its kernel and ranks and records itself as interrupted.
+                _client(["scancel", *sorted(array_jobs)], check=False)
+                ctx.progress.say(f"cancelled SLURM job(s) {', '.join(sorted(array_jobs))}; waiting for them to end")
+                cancelled_at = time.monotonic()
             queue = squeue_states(sorted(array_jobs))
             counts = {"PENDING": 0, "RUNNING": 0}
+            running = []
             for t in tasks:
                 if t.task_id in final:
                     continue
                 job = submitted[t.task_id]
                 st = read_status(task_dir(run_dir, t.task_id) / "status.json")
-                if job in queue:
+                if job in queue and (cancelled_at is None or time.monotonic() - cancelled_at < CANCEL_WAIT_S):
                     state = queue[job][0]
                     counts[state] = counts.get(state, 0) + 1
+                    if state == "RUNNING":
+                        running.append(t.task_id)
                     continue
                 if st.state not in FINAL_STATES:
                     # The job left the queue without the task writing a final status:
-                    # it was cancelled, killed (time, memory, node failure) or never started.
+                    # cancelled (by our stop or by someone), killed (time, memory, node
+                    # failure) or never started.
                     slurm = scontrol_state(job) or "unknown (no longer known to slurmctld)"
-                    st.state, st.slurm_state = "failed", slurm
-                    st.error = f"SLURM job {job} ended ({slurm}) before the task finished; see {logs[t.task_id]}"
+                    st.slurm_state = slurm
+                    if ctx.stop.requested:
+                        st.state, st.error = "interrupted", f"{ctx.stop.reason()}; SLURM job {job} cancelled ({slurm})"
+                    else:
+                        st.state = "failed"
+                        st.error = f"SLURM job {job} ended ({slurm}) before the task finished; see {logs[t.task_id]}"
+                    st.finished = st.finished or now()
                     write_status(run_dir, st)
                 else:
                     st.slurm_state = "COMPLETED" if st.state == "done" else (scontrol_state(job) or st.slurm_state)
+                    if ctx.stop.requested and st.state == "interrupted":
+                        # The task saw scancel's SIGTERM; what stopped it was the run's signal.
+                        st.error = f"{ctx.stop.reason()}; SLURM job {job} cancelled ({st.error})"
                     write_status(run_dir, st)
                 final[t.task_id] = st
-                on_done(st)
-            if bar is not None:
-                bar.set_postfix(pending=counts.get("PENDING", 0), running=counts.get("RUNNING", 0),
-                                failed=sum(s.state == "failed" for s in final.values()))
+                ctx.progress.done(st)
+            ctx.progress.tick(running, pending=counts.get("PENDING", 0), running=counts.get("RUNNING", 0))
             if len(final) < len(tasks):
                 time.sleep(self.poll_interval_s)
         order = {t.task_id: i for i, t in enumerate(tasks)}
         return sorted(final.values(), key=lambda s: order[s.task_id])
+
+    def live_tasks(self, statuses: list[TaskStatus]) -> dict[str, str]:
+        """Tasks whose SLURM job is still queued or running (``suite resume`` leaves them be)."""
+        jobs = {s.task_id: s.job_id for s in statuses if s.job_id and s.state not in FINAL_STATES}
+        if not jobs or shutil.which("squeue") is None:
+            return {}
+        queue = squeue_states(sorted({j.split("_")[0] for j in jobs.values()}))
+        return {task: queue[job][0] for task, job in jobs.items() if job in queue}
