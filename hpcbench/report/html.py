@@ -83,30 +83,32 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
                             progress=progress)
         # Resolved here so that the page and report.json carry the same title.
         title = title or "hpcbench report: " + ", ".join(agg.labels)
-        html = render(agg, claims=claims, title=title)
+        ledger = evaluate_ledger(agg, claims)
+        html = render(agg, claims=claims, title=title, ledger=ledger)
         progress(f"report: writing {out / 'index.html'}")
         (building / "index.html").write_text(html, encoding="utf-8")
-        write_report_manifest(building, report_manifest(title, agg.sources, _verdicts_by_source(agg, claims)))
+        write_report_manifest(building, report_manifest(title, agg.sources, _verdicts_by_source(agg, ledger)))
     return out / "index.html"
 
 
-def _verdicts_by_source(agg: Aggregate, claims: _Claims) -> dict[str, dict[str, str] | None]:
-    """Each source's verdict per claim id, for report.json; None where evaluating failed.
-
-    The ledger section keeps only what it shows, so the claims are evaluated again here:
-    cheap rules over the raw frames already in memory.
-    """
-    verdicts: dict[str, dict[str, str] | None] = {}
+def evaluate_ledger(agg: Aggregate, claims: _Claims) -> dict[str, list | Exception]:
+    """Each source's ledger rows, evaluated once for the page and for report.json;
+    an exception where evaluating failed (the ledger section shows it)."""
+    if claims.evaluate is None:  # the claims module is unavailable: no rows, not zeros
+        return {}
+    out: dict[str, list | Exception] = {}
     for label in agg.labels:
-        if claims.evaluate is None:  # the claims module is unavailable: no verdicts, not zeros
-            verdicts[label] = None
-            continue
         try:
-            rows = _evaluate_source(agg, claims, label)
-        except Exception:  # noqa: BLE001 - the ledger section already shows the failure
-            rows = None
-        verdicts[label] = None if rows is None else {str(r.claim_id): str(r.verdict) for r in rows}
-    return verdicts
+            out[label] = _evaluate_source(agg, claims, label)
+        except Exception as exc:  # noqa: BLE001 - the report shows the failure and goes on
+            out[label] = exc
+    return out
+
+
+def _verdicts_by_source(agg: Aggregate, ledger: dict[str, list | Exception]) -> dict[str, dict[str, str] | None]:
+    """Each source's verdict per claim id, for report.json; None where evaluating failed."""
+    return {label: ({str(r.claim_id): str(r.verdict) for r in rows} if isinstance(rows := ledger.get(label), list)
+                    else None) for label in agg.labels}
 
 
 @contextlib.contextmanager
@@ -206,8 +208,10 @@ def _value_text(value: Any) -> str:
     return str(value)
 
 
-def ledger_section(agg: Aggregate, claims: _Claims) -> Section:
+def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exception] | None = None) -> Section:
     """The claims ledger: every claim, measured values per source, one verdict per claim."""
+    if ledger is None:
+        ledger = evaluate_ledger(agg, claims)
     labels = agg.labels
     section = Section(title="Claims ledger", id="claims")
     if claims.problem:
@@ -216,12 +220,11 @@ def ledger_section(agg: Aggregate, claims: _Claims) -> Section:
     order: list[str] = []
     first: dict[str, Any] = {}
     for label in labels:
-        if claims.evaluate is None:
+        if label not in ledger:
             break
-        try:
-            rows = _evaluate_source(agg, claims, label)
-        except Exception as exc:  # noqa: BLE001 - the report shows the failure and goes on
-            section.notes.append(Cell(f"{label}: evaluating the claims failed: {type(exc).__name__}: {exc}", "fail"))
+        rows = ledger[label]
+        if isinstance(rows, Exception):
+            section.notes.append(Cell(f"{label}: evaluating the claims failed: {type(rows).__name__}: {rows}", "fail"))
             continue
         per_source[label] = {}
         for row in rows:
@@ -385,10 +388,11 @@ def _version() -> str:
         return "unknown"
 
 
-def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None = None) -> str:
+def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None = None,
+           ledger: dict[str, list | Exception] | None = None) -> str:
     """The report page as a string."""
     claims = claims or _claims_api()
-    sections = [ledger_section(agg, claims), failed_tasks_section(agg), unreadable_section(agg),
+    sections = [ledger_section(agg, claims, ledger), failed_tasks_section(agg), unreadable_section(agg),
                 *experiment_sections(agg)]
     counts = {state: sum(1 for t in agg.tasks if t.state == state) for state in ("done", "failed")}
     counts["other"] = len(agg.tasks) - counts["done"] - counts["failed"]

@@ -100,9 +100,6 @@ class Evidence:
         return f" Not counted: {'; '.join(self.excluded[:3])}{more}."
 
 
-Rule = Callable[[Claim, Evidence], Judgement]
-
-
 def row_of(claim: Claim, judgement: Judgement, experiment: str | None) -> LedgerRow:
     """The ledger row of ``claim`` (the claim's own fields are copied, never retyped)."""
     return LedgerRow(claim_id=claim.id, section=claim.section, wording=claim.wording, claimed=claim.claimed(),

@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, paired_samples, select
-from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, bootstrap_pvalues, combine, judge,
-                                     judge_family, paired_ratio, single_value)
+from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, judge, judge_family,
+                                     paired_bootstrap, single_value)
 
 #: Facts that make two launches incomparable when they differ.
 GROUP_FACTS = ("cluster", "link_rate_bps", "link_delay_s", "infiniband", "gpus", "backend", "storage.filesystem")
@@ -113,9 +113,10 @@ def judge_comparisons(evidence: Evidence, comparisons: Comparisons, *,
         return Judgement(INCONCLUSIVE, NO_VALUE,
                          f"{what} No launch measured both series of any comparison, so nothing to judge."
                          + evidence.excluded_note())
-    intervals = [paired_ratio(n, d) for _, _, n, d, _ in family]
-    pvalues = [bootstrap_pvalues(n, d, c.reference) for _, c, n, d, _ in family]
-    judged = judge_family(intervals, pvalues, [c.reference for _, c, *_ in family])
+    boots = [paired_bootstrap(n, d) for _, _, n, d, _ in family]  # one bootstrap per comparison
+    judged = judge_family([b.interval for b in boots],
+                          [b.pvalues(c.reference) for b, (_, c, *_) in zip(boots, family)],
+                          [c.reference for _, c, *_ in family])
     members = [(group_text, comp.label, why_not) for group_text, comp, _, _, why_not in family]
     return _assemble(evidence, members, judged, what)
 

@@ -132,9 +132,40 @@ def _clean(samples: Sequence[float]) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
-def paired_ratio(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]], *,
-                 unit: str = "x", confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES,
-                 seed: int = BOOTSTRAP_SEED) -> Interval:
+@dataclass(frozen=True)
+class PairedBootstrap:
+    """One comparison's paired ratio: its interval and the bootstrap distribution behind it.
+
+    Computed once per comparison; the interval and the p-values against a band both read
+    the same resampled statistics (:meth:`pvalues`), so they can never disagree.
+    """
+
+    interval: Interval
+    stats: np.ndarray | None  # resampled ratios (not logs); None with fewer than 2 launches
+
+    def pvalues(self, reference: Reference) -> tuple[float, float]:
+        """One-sided bootstrap p-values against a reference band: ``(p_outside, p_inside)``.
+
+        Small ``p_outside`` is evidence the ratio lies inside the band (rejecting "outside"),
+        small ``p_inside`` is evidence it lies outside. The percentile bootstrap's p-value for
+        a band is the share of resampled statistics on the other side of it.
+        """
+        if self.stats is None:
+            return 1.0, 1.0
+        inside = np.ones(self.stats.size, dtype=bool)
+        if reference.lower is not None:
+            inside &= self.stats >= reference.lower
+        if reference.upper is not None:
+            inside &= self.stats <= reference.upper
+        share_inside, resamples = float(inside.mean()), self.stats.size
+        # +1 correction: a bootstrap never gives p = 0 from a finite number of resamples.
+        return ((resamples * (1 - share_inside) + 1) / (resamples + 1),
+                (resamples * share_inside + 1) / (resamples + 1))
+
+
+def paired_bootstrap(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]], *,
+                     unit: str = "x", confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES,
+                     seed: int = BOOTSTRAP_SEED) -> PairedBootstrap:
     """The ratio of medians over paired launches, with a two-level bootstrap interval.
 
     Args:
@@ -143,22 +174,29 @@ def paired_ratio(numerators: Sequence[Sequence[float]], denominators: Sequence[S
         confidence: two-sided coverage of the percentile interval.
 
     Returns:
-        The geometric mean over launches of median(num_i) / median(den_i), its interval, the
-        number of launches and the fewest steps of any launch. With fewer than 2 launches the
-        interval is infinite.
+        The interval: the geometric mean over launches of median(num_i) / median(den_i), its
+        bounds, the number of launches and the fewest steps of any launch (with fewer than 2
+        launches the interval is infinite); and the resampled ratios, for :meth:`PairedBootstrap.pvalues`.
     """
     pairs = _pairs(numerators, denominators)
     n = len(pairs)
     if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0, 0, unit)
+        return PairedBootstrap(Interval(math.nan, math.nan, math.nan, 0, 0, unit), None)
     steps = int(min(min(a.size, b.size) for a, b in pairs))
     estimate = float(math.exp(np.mean([math.log(np.median(a) / np.median(b)) for a, b in pairs])))
     if n < 2:
-        return Interval(estimate, -math.inf, math.inf, n, steps, unit)
-    stats = _bootstrap_log_ratios(pairs, resamples, seed)
+        return PairedBootstrap(Interval(estimate, -math.inf, math.inf, n, steps, unit), None)
+    logs = _bootstrap_log_ratios(pairs, resamples, seed)
     alpha = 1.0 - confidence
-    low, high = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
-    return Interval(estimate, float(math.exp(low)), float(math.exp(high)), n, steps, unit)
+    low, high = np.quantile(logs, [alpha / 2, 1 - alpha / 2])
+    return PairedBootstrap(Interval(estimate, float(math.exp(low)), float(math.exp(high)), n, steps, unit),
+                           np.exp(logs))
+
+
+def paired_ratio(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]],
+                 **kwargs) -> Interval:
+    """The interval of :func:`paired_bootstrap` alone."""
+    return paired_bootstrap(numerators, denominators, **kwargs).interval
 
 
 def _pairs(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]]):
@@ -251,28 +289,8 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 def bootstrap_pvalues(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]],
                       reference: Reference, *, resamples: int = BOOTSTRAP_RESAMPLES,
                       seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
-    """One-sided bootstrap p-values of a paired ratio against a reference band.
-
-    Returns:
-        ``(p_outside, p_inside)``: small ``p_outside`` is evidence the ratio lies inside the
-        band (rejecting "outside"), small ``p_inside`` is evidence it lies outside.
-    """
-    # The percentile bootstrap's p-value for a band is the share of resampled statistics
-    # on the other side of it.
-    pairs = _pairs(numerators, denominators)
-    if len(pairs) < 2:
-        return 1.0, 1.0
-    stats = np.exp(_bootstrap_log_ratios(pairs, resamples, seed))
-    inside = np.ones(resamples, dtype=bool)
-    if reference.lower is not None:
-        inside &= stats >= reference.lower
-    if reference.upper is not None:
-        inside &= stats <= reference.upper
-    share_inside = float(inside.mean())
-    # +1 correction: a bootstrap never gives p = 0 from a finite number of resamples.
-    p_outside = (resamples * (1 - share_inside) + 1) / (resamples + 1)
-    p_inside = (resamples * share_inside + 1) / (resamples + 1)
-    return p_outside, p_inside
+    """``(p_outside, p_inside)`` of a paired ratio against a band (see :meth:`PairedBootstrap.pvalues`)."""
+    return paired_bootstrap(numerators, denominators, resamples=resamples, seed=seed).pvalues(reference)
 
 
 def judge_family(intervals: Sequence[Interval], pvalues: Sequence[tuple[float, float]],
