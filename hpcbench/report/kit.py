@@ -220,7 +220,7 @@ def pick(stats: pd.DataFrame, metric: str, **where: object) -> pd.DataFrame:
     return sel
 
 
-# -- batch_scaling ---------------------------------------------------------------
+# -- the evidence tail of every experiment section ------------------------------
 
 
 LAUNCH_CAPTION = "Per launch: the medians the claims ledger's rules pair and pool"
@@ -244,6 +244,19 @@ def launch_table(summaries: pd.DataFrame, columns: Sequence[str], *, caption: st
                     "fail" if r.get("ok", True) is False else "")]
             for _, r in frame.iterrows()]
     return Table(columns=keys + shown + ["not counted because"], rows=rows, caption=caption, collapsed=True)
+
+
+def evidence_tables(data: "ExperimentData", launch_columns: Sequence[str],
+                    stats: pd.DataFrame | None = None) -> list[Table]:
+    """The tail every experiment section ends with: the per-launch summaries the rules read
+    (:func:`launch_table`) and all statistics, both collapsed."""
+    tables = []
+    launches = launch_table(data.summaries, launch_columns, caption=LAUNCH_CAPTION)
+    if launches is not None:
+        tables.append(launches)
+    tables.append(stats_table(data.stats if stats is None else stats, data.sources, caption="All statistics",
+                              collapsed=True))
+    return tables
 
 
 def page_template(name: str):

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C2_GAIN
-from hpcbench.report.kit import (LAUNCH_CAPTION, Cell, ExperimentData, Figure, Section, Table, fmt_number, launch_table,
-                                 pick, png_of, present_stats, source_variants, stats_table, text_table)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, pick,
+                                 png_of, present_stats, source_variants, text_table)
 
 
 def present_batch_scaling(data: ExperimentData) -> list[Section]:
@@ -64,10 +64,5 @@ def present_batch_scaling(data: ExperimentData) -> list[Section]:
     table = text_table(data.text, caption="Facts and values not measured")
     if table is not None:
         section.tables.append(table)
-    launches = launch_table(
-        data.summaries, ["regime", "factor", "accumulation", "batch_per_step", "throughput_p50", "steps"],
-        caption=LAUNCH_CAPTION)
-    if launches is not None:
-        section.tables.append(launches)
-    section.tables.append(stats_table(data.stats, data.sources, caption="All statistics", collapsed=True))
+    section.tables += evidence_tables(data, ["regime", "factor", "accumulation", "batch_per_step", "throughput_p50", "steps"])
     return [section]

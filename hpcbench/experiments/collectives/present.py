@@ -8,8 +8,8 @@ from typing import Sequence
 import pandas as pd
 
 from hpcbench.core.units import format_bytes
-from hpcbench.report.kit import (LAUNCH_CAPTION, Cell, ExperimentData, Figure, Section, Table, fmt_number, launch_table,
-                                 ordered, png_of, present_stats, rank_in, stats_table, text_table)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, ordered,
+                                 png_of, present_stats, rank_in, text_table)
 
 _TO_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3}
 OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -60,12 +60,7 @@ def present_collectives(data: ExperimentData) -> list[Section]:
     table = text_table(data.text, caption="Not measured")
     if table is not None:
         section.tables.append(table)
-    launches = launch_table(
-        data.summaries, ["op", "group", "size_bytes", "busbw_p50_GBps", "iterations"],
-        caption=LAUNCH_CAPTION)
-    if launches is not None:
-        section.tables.append(launches)
-    section.tables.append(stats_table(data.stats, data.sources, caption="All statistics", collapsed=True))
+    section.tables += evidence_tables(data, ["op", "group", "size_bytes", "busbw_p50_GBps", "iterations"])
     return [section]
 
 

@@ -8,9 +8,8 @@ import pandas as pd
 
 from hpcbench.core.units import format_bytes
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
-from hpcbench.report.kit import (LAUNCH_CAPTION, Cell, ExperimentData, Figure, Section, Table, check_note, fmt_number,
-                                 launch_table, ordered, pick, png_of, present_stats, rank_in, source_variants,
-                                 stats_table, text_table)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                 ordered, pick, png_of, present_stats, rank_in, source_variants, text_table)
 
 MODE_ORDER = ("ddp", "hybrid_dp_ddp", "hierarchical", "hierarchical_leader")
 
@@ -62,12 +61,7 @@ def present_comm_modes(data: ExperimentData) -> list[Section]:
     table = text_table(data.text, caption="Not measured, with the reason")
     if table is not None:
         section.tables.append(table)
-    launches = launch_table(
-        data.summaries, ["model", "mode", "bucket_cap_mb", "throughput_total_p50", "comm_share_p50", "steps"],
-        caption=LAUNCH_CAPTION)
-    if launches is not None:
-        section.tables.append(launches)
-    section.tables.append(stats_table(data.stats, data.sources, caption="All statistics", collapsed=True))
+    section.tables += evidence_tables(data, ["model", "mode", "bucket_cap_mb", "throughput_total_p50", "comm_share_p50", "steps"])
     return [section]
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hpcbench.report.kit import (LAUNCH_CAPTION, Cell, ExperimentData, Figure, Section, Table, check_note, fmt_number,
-                                 launch_table, lookup, ordered, png_of, present_stats, rank_in, stats_table, text_table)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                 lookup, ordered, png_of, present_stats, rank_in, stats_table, text_table)
 
 IO_FORMAT_ORDER = ("files", "hdf5", "tfrecord", "tar")
 _IO_COLUMNS = (("samples_per_s", "mean", 1.0, "samples/s"), ("mb_per_s", "mean", 1.0, "MB/s"),
@@ -52,12 +52,7 @@ def present_io_formats(data: ExperimentData) -> list[Section]:
     table = text_table(data.text, caption="Facts, repairs and values not measured")
     if table is not None:
         section.tables.append(table)
-    launches = launch_table(
-        data.summaries, ["phase", "format", "workers", "prefetch_factor", "samples_per_s", "accel_idle", "steps"],
-        caption=LAUNCH_CAPTION)
-    if launches is not None:
-        section.tables.append(launches)
-    section.tables.append(stats_table(stats, data.sources, caption="All statistics", collapsed=True))
+    section.tables += evidence_tables(data, ["phase", "format", "workers", "prefetch_factor", "samples_per_s", "accel_idle", "steps"], stats=stats)
     return [section]
 
 
