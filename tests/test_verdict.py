@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hpcbench.report.verdict import (Interval, Reference, bootstrap_pvalues, combine, gain_reference, holm, judge,
-                                     judge_family, paired_ratio, single_value)
+                                     judge_family, paired_bootstrap, paired_ratio, single_value)
 
 
 def launches(center, n=6, steps=12, spread=0.02, seed=0):
@@ -67,16 +67,29 @@ def test_holm_step_down():
 
 
 def test_holm_family_is_stricter_than_its_members_alone():
-    # Three comparisons each just past the bound: alone each is borderline, as a family not all hold.
-    nums = [launches(126.0, seed=s) for s in range(3)]
-    dens = [launches(100.0, seed=10 + s) for s in range(3)]
+    # One comparison whose p = 0.015 would pass alone (< 0.025, one side of a 95 % interval)...
     ref = Reference(1.2, lower=1.2)
-    ivs = [paired_ratio(n, d) for n, d in zip(nums, dens)]
-    ps = [bootstrap_pvalues(n, d, ref) for n, d in zip(nums, dens)]
-    family = judge_family(ivs, ps, [ref] * 3)
-    assert all(o.verdict in ("reproduced", "inconclusive") for o in family)
-    adjusted = holm([p[0] for p in ps])
-    assert all(a >= p[0] for a, p in zip(adjusted, ps))
+    iv = Interval(1.3, 1.21, 1.4, 6, 12)
+    alone = judge_family([iv, iv], [(0.015, 0.9), (0.001, 0.9)], [ref, ref])
+    # ...passes in a family whose other member is strong (step-down: 0.015 x 1 after 0.001 x 2)...
+    assert [o.verdict for o in alone] == ["reproduced", "reproduced"]
+    # ...but not among two weak ones: 0.015 x 3 = 0.045 >= 0.025.
+    family = judge_family([iv] * 3, [(0.015, 0.9), (0.6, 0.5), (0.7, 0.4)], [ref] * 3)
+    assert [o.verdict for o in family] == ["inconclusive"] * 3
+    assert "Holm-adjusted p = 0.045" in family[0].why
+    # "not reproduced" needs the adjusted p of lying inside the band to be small.
+    outside = judge_family([iv] * 2, [(0.9, 0.001), (0.9, 0.01)], [ref] * 2)
+    assert [o.verdict for o in outside] == ["not reproduced", "not reproduced"]
+
+
+def test_one_bootstrap_gives_the_interval_and_the_pvalues():
+    nums, dens = launches(126.0, seed=0), launches(100.0, seed=10)
+    boot = paired_bootstrap(nums, dens)
+    assert boot.interval == paired_ratio(nums, dens)
+    ref = Reference(1.2, lower=1.2)
+    assert boot.pvalues(ref) == bootstrap_pvalues(nums, dens, ref)
+    # The interval's lower bound sits above the band's edge exactly when p_outside is small.
+    assert boot.interval.low > 1.2 and boot.pvalues(ref)[0] < 0.025
 
 
 def test_single_value_interval():

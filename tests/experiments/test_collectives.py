@@ -5,7 +5,6 @@ from synthetic import GPU_IB, SHAPED, launch, noisy
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C10_NCCL_SETTINGS
 from hpcbench.experiments.collectives.summary import summarize
 from hpcbench.report.ledger import evaluate_claim
 
@@ -65,4 +64,6 @@ def test_c16_is_context_with_the_bandwidth_ratio_and_the_link(tmp_path):
     row = evaluate_claim("C16", records)
     assert row.verdict == "context"
     assert "intra/inter-node busbw ratio 12.0:1" in row.measured and "200 Mbit/s" in row.measured
-    assert GUIDE_C10_NCCL_SETTINGS["NCCL_ALGO"] == "Tree"
+    # Set beside the guide's platform, with both of its link figures, and never judged.
+    assert "NVLink 300 GB/s per GPU vs HDR 25 GB/s per NIC" in row.measured
+    assert "25.00 GB/s per node NIC" in row.predicted and "no verdict" in row.detail
