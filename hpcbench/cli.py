@@ -90,8 +90,9 @@ def _summary(statuses, run_dir: Path, interrupted: str | None = None) -> int:
 def _run(suite, args: argparse.Namespace) -> int:
     from hpcbench.run.limits import check_limits
     from hpcbench.run.rundir import check_run_dir, new_run_dir
-    from hpcbench.run.runner import run_suite
+    from hpcbench.run.runner import retry_options, run_suite
 
+    retry_options(args.backend, None, args.retries)  # refused (exit 2) before anything else
     run_dir = Path(args.run_dir) if args.run_dir else new_run_dir(Path(args.out), suite.name)
     if args.dry_run:
         from hpcbench.run.limits import dry_run
@@ -104,7 +105,7 @@ def _run(suite, args: argparse.Namespace) -> int:
     check_limits(suite, args.backend, _backend_options(args), oversubscribe=args.oversubscribe)  # run_suite does too
     print(f"run dir: {run_dir}")  # only once it is accepted: the line must not precede a refusal
     statuses = run_suite(suite, run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
-                         options=_backend_options(args), oversubscribe=args.oversubscribe)
+                         options=_backend_options(args), oversubscribe=args.oversubscribe, retries=args.retries)
     return _summary(statuses, run_dir)
 
 
@@ -130,7 +131,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
             print(text)
             return 0 if ok else 2
         statuses = resume_suite(run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
-                                options=_backend_options(args), oversubscribe=args.oversubscribe)
+                                options=_backend_options(args), oversubscribe=args.oversubscribe,
+                                retries=args.retries)
         return _summary(statuses, run_dir) if statuses else 0
     if len(args.suite) != 1:
         raise HpcbenchError(f"one suite at a time, got {args.suite}")
@@ -233,6 +235,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    """argparse type of --retries: 0 (the default, no retry) or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hpcbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -264,6 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
             slurm.add_argument(f"--{opt}", dest=opt.replace("-", "_"))
         slurm.add_argument("--sbatch-arg", action="append", metavar="--OPTION=VALUE",
                            help="any other sbatch option (repeatable)")
+        slurm.add_argument("--retries", type=_non_negative_int, default=0, metavar="N",
+                           help="resubmit a task whose job failed (node lost, rank killed, srun failure; not a "
+                                "notebook error) up to N times, repairing data shards and torn checkpoints "
+                                "first; each try is kept under RUN_DIR/attempts/ (default 0)")
 
     p = sub.add_parser("run", help="run one experiment as a one-task suite")
     p.add_argument("experiment")

@@ -261,6 +261,7 @@ def test_model_footprints_cover_every_model_and_match_the_built_ones():
 
     assert all(model_footprint(name) is not None for name in MODEL_NAMES)
     assert model_footprint("gpt2_124M").parameters == 124_439_808  # GPT-2 small with its tied head
+    assert model_footprint("gpt2_355M").parameters == 354_823_168  # GPT-2 medium
     from hpcbench.models import MODELS
 
     for name in ("resnet_tiny", "gpt2_tiny", "gpt2_small"):  # built in well under a second each

@@ -20,7 +20,7 @@ from hpcbench.report import build_report
 from hpcbench.core.results import find_record_files, read_records
 from hpcbench.run.rundir import TaskStatus, prepare_run_dir, read_statuses, write_status
 from hpcbench.run.runner import resume_suite, run_suite
-from hpcbench.run.suite import load_suite, parse_suite
+from hpcbench.run.suite import Suite, load_suite, parse_suite
 
 
 @pytest.fixture
@@ -185,9 +185,14 @@ def test_parameter_values_reach_the_job_unchanged(slurm_env, tmp_path):
     assert not list(tmp_path.rglob("PWNED*")) and not list(slurm_env.state_dir.rglob("PWNED*"))
 
 
-def test_demo_suite_as_array_job_with_per_node_rows(slurm_env, tmp_path):
+def test_demo_node_local_tasks_as_one_array_job_with_per_node_rows(slurm_env, tmp_path):
+    # The demo's node-local tasks (its multi-node ones are covered above and by test_demo):
+    # they become ONE array job whose elements land on both nodes.
+    demo = load_suite("demo")
+    local_tasks = [t for t in demo.tasks if t.params.get("nodes", 1) == 1]
+    suite = Suite(demo.name, demo.description, local_tasks, demo.source, demo.oversubscribe)
     run_dir = tmp_path / "run"
-    statuses = run_suite(load_suite("demo"), run_dir, backend="slurm", progress=False)
+    statuses = run_suite(suite, run_dir, backend="slurm", progress=False)
     assert all(s.state == "done" for s in statuses), [(s.task_id, s.error) for s in statuses]
     script = (run_dir / "slurm" / "array-1.sbatch").read_text()
     local = [s for s in statuses if s.job_id and "_" in s.job_id]

@@ -75,3 +75,11 @@ class TaskError(HpcbenchError):
         if cell is not None:
             where += f", cell {cell}"
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class CheckpointError(HpcbenchError):
+    """A checkpoint cannot be written, read or restored; names the checkpoint or folder."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike | None = None):
+        self.path = str(path) if path is not None else None
+        super().__init__(f"{path}: {message}" if path is not None else message)

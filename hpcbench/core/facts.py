@@ -43,3 +43,6 @@ GUIDE_C4_IDLE = 0.65                       # "GPUs idle 65 % of the time"
 GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES = 2, 4 << 20
 GUIDE_C10_NCCL_SETTINGS = {"NCCL_ALGO": "Tree", "NCCL_NSOCKS_PERTHREAD": "4",
                            "NCCL_SOCKET_NTHREADS": "8", "NCCL_BUFFSIZE": "4194304"}
+GUIDE_C11_FULL_EVERY_S = 3600              # "full training state every hour"
+GUIDE_C11_LIGHT_EVERY_S = 600              # "a light checkpoint every 10 minutes"
+GUIDE_C15_TRIES = 3                        # srun rerun "up to 3 times": retry from 0 while < 3

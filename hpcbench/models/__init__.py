@@ -111,6 +111,7 @@ register(ModelSpec("resnet_tiny", "image", _resnet("resnet_tiny", 10),
 register(_gpt2_spec("tiny", "GPT-2, 2 layers x 64 wide, 0.13 M parameters (CPU tests)"))
 register(_gpt2_spec("small", "GPT-2, 4 layers x 256 wide, 5.3 M parameters (CPU demos)"))
 register(_gpt2_spec("124M", "GPT-2 small as published, 124 M parameters (the guide's C3 model)"))
+register(_gpt2_spec("355M", "GPT-2 medium as published, 355 M parameters (a larger checkpoint state)"))
 
 MODEL_NAMES = tuple(MODELS.names())
 

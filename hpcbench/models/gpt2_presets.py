@@ -35,4 +35,6 @@ GPT2_PRESETS: dict[str, GPT2Config] = {
     "small": GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=8192, block_size=256),
     # The published GPT-2 small: 124 M parameters (with the tied head).
     "124M": GPT2Config(),
+    # The published GPT-2 medium: 355 M parameters; the larger state of the checkpoint sweep (C11).
+    "355M": GPT2Config(n_layer=24, n_head=16, n_embd=1024),
 }

@@ -47,6 +47,7 @@ def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str 
     if previous.is_file():  # keep what the backend wrote at submission (job id, log, attempt)
         before = read_status(previous)
         status.job_id, status.batch_log, status.attempt = before.job_id, before.batch_log, before.attempt
+        status.tries = before.tries
     status.state, status.started = "running", now()
     status.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     # Who runs it, so `hpcbench status` and the report can tell a live task from a stale one.

@@ -47,6 +47,8 @@ class TaskStatus:
     slurm_state: str | None = None  # the last state SLURM reported
     batch_log: str | None = None    # the job's stdout/stderr file
     attempt: int = 1
+    #: Earlier tries resubmitted by ``--retries`` (SLURM backend): attempt, job, state, reason, repair.
+    tries: list[dict[str, Any]] = field(default_factory=list)
     host: str | None = None         # the host whose process table holds ``pid``
     pid: int | None = None          # the process executing the task while it runs
     pid_started: float | None = None  # that process's start time, so a reused pid is not taken for it

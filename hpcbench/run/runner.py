@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcbench.core.errors import HpcbenchError
 from hpcbench.run.backends import BACKENDS
 from hpcbench.run.backends.base import RunContext
 from hpcbench.run.execute import check_kernel
@@ -31,19 +32,40 @@ from hpcbench.run.rundir import (STALE, TaskStatus, effective_state, load_run, p
 from hpcbench.run.suite import Suite
 
 
+def retry_options(backend: str, options: dict[str, Any] | None, retries: int) -> dict[str, Any] | None:
+    """``options`` carrying ``retries`` for a backend that resubmits failed jobs.
+
+    Raises:
+        HpcbenchError: ``retries`` below 0, or above 0 with a backend that runs each task once.
+    """
+    impl = BACKENDS.get(backend)
+    if not retries:
+        return options
+    from hpcbench.fault.retry import MAX_TRIES
+
+    if not 0 <= retries < MAX_TRIES:
+        raise HpcbenchError(f"--retries {retries}: between 0 and {MAX_TRIES - 1}")
+    if not impl.retries_supported:
+        raise HpcbenchError(f"--retries {retries}: only the SLURM backend resubmits failed jobs (use --backend slurm); "
+                            f"the {backend} backend runs each task once")
+    return {**(options or {}), "retries": retries}
+
+
 def resume_suite(run_dir: Path, *, backend: str | None = None, jobs: int | None = None,
                  progress: bool = True, options: dict[str, Any] | None = None,
-                 oversubscribe: bool = False) -> list[TaskStatus]:
+                 oversubscribe: bool = False, retries: int = 0) -> list[TaskStatus]:
     """Rerun only the failed, interrupted or missing tasks of ``run_dir``, each as a new attempt.
 
     Holds the run dir's lock (a second runner on a live run dir is refused), and
     leaves alone tasks whose SLURM jobs are still queued or running. The tasks to rerun
     pass the limits of :mod:`hpcbench.run.limits` first (``oversubscribe``, or the suite's own).
+    ``retries`` as for :func:`run_suite`.
     """
     run_dir = Path(run_dir)
     suite, info = load_run(run_dir)
     backend = backend or info.get("backend", "local")
     impl = BACKENDS.get(backend)
+    options = retry_options(backend, options, retries)
     with RunDirLock(run_dir):
         todo = tasks_to_resume(run_dir, suite)
         live = impl.live_tasks([s for s in read_statuses(run_dir) if s.task_id in {t.task_id for t in todo}])
@@ -67,19 +89,23 @@ def resume_suite(run_dir: Path, *, backend: str | None = None, jobs: int | None 
 
 def run_suite(suite: Suite, run_dir: Path, *, backend: str = "local", jobs: int | None = None,
               progress: bool = True, options: dict[str, Any] | None = None,
-              oversubscribe: bool = False) -> list[TaskStatus]:
+              oversubscribe: bool = False, retries: int = 0) -> list[TaskStatus]:
     """Run every task of ``suite`` into ``run_dir``; return the statuses in suite order.
 
     Args:
         jobs: tasks at once (local default 1; SLURM: the array's ``%M``, default no cap).
         options: backend options (SLURM: partition, account, time, ...).
         oversubscribe: run locally even with more ranks than cores (as ``suite.oversubscribe``).
+        retries: resubmit a task whose job failed (node lost, rank killed) up to this many times,
+            repairing data and checkpoints first (SLURM backend only; :mod:`hpcbench.fault.retry`).
 
     Raises:
         LimitError: a task exceeds the cores or memory it would get (:mod:`hpcbench.run.limits`);
             nothing is written.
+        HpcbenchError: ``retries`` with a backend that cannot resubmit; nothing is written.
     """
     impl = BACKENDS.get(backend)
+    options = retry_options(backend, options, retries)
     impl.check(options or {})
     check_limits(suite, backend, options, oversubscribe=oversubscribe)
     prepare_run_dir(run_dir, suite, backend)

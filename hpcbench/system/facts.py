@@ -101,3 +101,20 @@ def write_facts(writer, facts: Mapping[str, str | float]) -> None:
             writer.add(f"fact.{name}", float(value), "")
         else:
             writer.add(f"fact.{name}", None, "", text=str(value))
+
+
+def filesystem_of(path: Path) -> tuple[str, str]:
+    """(file system type, mount point) holding ``path``, from /proc/mounts."""
+    best = ("unknown", "/")
+    try:
+        real = str(path.resolve())
+        with open("/proc/mounts") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 3:
+                    mount = parts[1].replace("\\040", " ")
+                    if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[1]):
+                        best = (parts[2], mount)
+    except OSError:
+        pass
+    return best

@@ -36,6 +36,7 @@ from typing import Any
 
 from hpcbench.core.results import RecordWriter
 from hpcbench.experiments.io_formats.config import IoFormatsConfig
+from hpcbench.system.facts import filesystem_of
 
 # -- measuring one epoch ----------------------------------------------------------------
 
@@ -150,23 +151,6 @@ def record_epoch(writer: RecordWriter, r: EpochResult, labels: dict[str, Any], s
 
 
 # -- the run ----------------------------------------------------------------------------
-
-def filesystem_of(path: Path) -> tuple[str, str]:
-    """(file system type, mount point) holding ``path``, from /proc/mounts."""
-    best = ("unknown", "/")
-    try:
-        real = str(path.resolve())
-        with open("/proc/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 3:
-                    mount = parts[1].replace("\\040", " ")
-                    if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[1]):
-                        best = (parts[2], mount)
-    except OSError:
-        pass
-    return best
-
 
 @dataclass
 class IoRun:

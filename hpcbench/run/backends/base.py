@@ -35,6 +35,8 @@ class Backend:
     """
 
     name = "base"
+    #: Whether ``--retries`` can resubmit a task whose job failed (:mod:`hpcbench.fault.retry`).
+    retries_supported = False
 
     def check(self, options: dict[str, Any]) -> None:
         """Raise before anything is written when this backend cannot run here."""

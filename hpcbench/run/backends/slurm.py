@@ -8,6 +8,9 @@
 * The scripts come from the templates in ``slurm/`` (``HPCBENCH_SLURM_TEMPLATES``
   for a copy) and are written into ``RUN_DIR/slurm/`` before submission.
 * Parameter values never pass through a shell: they travel in the manifest.
+* ``options["retries"] = N`` (``--retries N``): a task whose *job* failed is resubmitted up
+  to N times after the repair step (:mod:`hpcbench.fault.retry`); each earlier try is kept
+  under ``RUN_DIR/attempts/`` and listed in the new status's ``tries``.
 
 Every SLURM client call has a timeout; ``SLURM_CONF`` and friends come from the
 environment (``hpcbench cluster up`` prints what to export for the emulated cluster).
@@ -29,8 +32,10 @@ from typing import Any
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.experiments import EXPERIMENTS
+from hpcbench.fault.retry import RetryPolicy, job_failure_reason, repair, repair_targets
 from hpcbench.run.backends.base import Backend, RunContext
-from hpcbench.run.rundir import TaskStatus, now, read_status, task_dir, write_json_atomic, write_status
+from hpcbench.run.rundir import (TaskStatus, now, read_status, set_aside_attempt, task_dir, write_json_atomic,
+                                 write_status)
 from hpcbench.run.suite import TaskSpec
 
 TEMPLATES_ENV = "HPCBENCH_SLURM_TEMPLATES"
@@ -127,9 +132,23 @@ def _job_name(suite: str, kind: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"hpcb-{suite}-{kind}")[:64]
 
 
+def _log_tail(path: str | None, limit: int = 64 << 10) -> str:
+    """The last ``limit`` bytes of a log ('' when there is none)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(path) - limit))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 class SlurmBackend(Backend):
     name = "slurm"
     poll_interval_s = 2.0
+    #: ``options["retries"]`` is honoured (the runner refuses it for backends without this).
+    retries_supported = True
 
     def check(self, options: dict[str, Any]) -> None:
         for exe in ("sbatch", "squeue", "scontrol"):
@@ -140,6 +159,70 @@ class SlurmBackend(Backend):
         _client(["squeue", "-h", "-o", "%i"])  # slurmctld reachable
 
     def run_tasks(self, tasks: list[TaskSpec], ctx: RunContext) -> list[TaskStatus]:
+        """Submit ``tasks``, poll them to the end; resubmit job failures ``options["retries"]`` times.
+
+        What is retried is :func:`hpcbench.fault.retry.job_failure_reason`'s rule: a job that
+        ended without its task (NODE_FAIL, a killed batch step...) or workers that failed because
+        a rank was killed from outside or srun lost a node. A notebook's own error, a stop by
+        signal, TIMEOUT and OUT_OF_MEMORY are final.
+        """
+        retries = int(ctx.options.get("retries") or 0)
+        policy = RetryPolicy(max_tries=1 + retries,
+                             delay_s=ctx.options.get("retry_delay_s", RetryPolicy.delay_s))
+        final: dict[str, TaskStatus] = {}
+        todo = list(tasks)
+        for try_index in range(policy.max_tries):
+            reasons: dict[str, str] = {}
+            for t in todo:
+                final.pop(t.task_id, None)  # a task not submitted again (stop) keeps its pending file
+            ended = self._submit_and_poll(todo, ctx, reasons if try_index + 1 < policy.max_tries else None)
+            final.update({s.task_id: s for s in ended})
+            if not reasons:
+                break
+            retry = [t for t in todo if t.task_id in reasons]
+            if ctx.stop.requested:
+                for t in retry:
+                    ctx.progress.done(final[t.task_id])
+                break
+            self._prepare_retry(retry, reasons, policy, try_index + 1, ctx)
+            todo = retry
+        order = {t.task_id: i for i, t in enumerate(tasks)}
+        return sorted(final.values(), key=lambda s: order[s.task_id])
+
+    def _prepare_retry(self, tasks: list[TaskSpec], reasons: dict[str, str], policy: RetryPolicy,
+                       retry_number: int, ctx: RunContext) -> None:
+        """Repair, set each failed try aside (``RUN_DIR/attempts/``), write the new attempt's status."""
+        run_dir = Path(ctx.run_dir).resolve()
+        report = None
+        if policy.repair:
+            data, checkpoints = [], []
+            for t in tasks:
+                d, c = repair_targets(t.params)
+                data += [p for p in d if p not in data]
+                checkpoints += [p for p in c if p not in checkpoints]
+            report = repair(data, checkpoints, verify=policy.verify)
+            ctx.progress.say(f"repair before retry {retry_number}: {report.summary()}")
+        for t in tasks:
+            old = read_status(task_dir(run_dir, t.task_id) / "status.json")
+            record = {"attempt": old.attempt, "job_id": old.job_id, "state": old.state,
+                      "slurm_state": old.slurm_state, "reason": reasons[t.task_id],
+                      "error": (old.error or "").splitlines()[0][:300] or None, "node": old.node,
+                      "started": old.started, "finished": old.finished,
+                      "repair": report.summary() if report else None}
+            attempt = set_aside_attempt(run_dir, t.task_id)
+            new = TaskStatus.for_task(t)
+            new.attempt, new.tries = attempt, [*old.tries, record]
+            write_status(run_dir, new)
+            ctx.progress.say(f"{t.task_id}: attempt {old.attempt} failed ({reasons[t.task_id]}); resubmitted as "
+                             f"attempt {attempt} (retry {retry_number} of {policy.max_tries - 1}); the failed "
+                             f"try is kept in {run_dir / 'attempts' / t.task_id / str(old.attempt)}")
+        deadline = time.monotonic() + policy.delay_s
+        while time.monotonic() < deadline and not ctx.stop.requested:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def _submit_and_poll(self, tasks: list[TaskSpec], ctx: RunContext,
+                         retry_reasons: dict[str, str] | None) -> list[TaskStatus]:
+        """One submission of ``tasks``; fills ``retry_reasons`` with the failures worth another try."""
         run_dir, suite, jobs, options = Path(ctx.run_dir).resolve(), ctx.suite, ctx.jobs, ctx.options
         slurm_dir = run_dir / "slurm"
         log_dir = slurm_dir / "logs"
@@ -190,14 +273,15 @@ class SlurmBackend(Backend):
             write_status(run_dir, st)
         ctx.progress.say(f"submitted {len(local)} array element(s) and {len(multi)} multi-node job(s); "
                          f"scripts in {slurm_dir}")
-        return self._poll(tasks, run_dir, submitted, logs, ctx)
+        return self._poll(tasks, run_dir, submitted, logs, ctx, retry_reasons)
 
     def _submit(self, script: Path) -> str:
         proc = _client(["sbatch", "--parsable", str(script)])
         return proc.stdout.strip().split(";")[0]
 
     def _poll(self, tasks: list[TaskSpec], run_dir: Path, submitted: dict[str, str], logs: dict[str, str],
-              ctx: RunContext) -> list[TaskStatus]:
+              ctx: RunContext, retry_reasons: dict[str, str] | None = None) -> list[TaskStatus]:
+        """Poll until every task is final; with ``retry_reasons``, record there the failures to retry."""
         final: dict[str, TaskStatus] = {}
         array_jobs = {j.split("_")[0] for j in submitted.values()}
         cancelled_at: float | None = None
@@ -222,7 +306,8 @@ class SlurmBackend(Backend):
                     if state == "RUNNING":
                         running.append(t.task_id)
                     continue
-                if st.state not in FINAL_STATES:
+                ended_early = st.state not in FINAL_STATES
+                if ended_early:
                     # The job left the queue without the task writing a final status:
                     # cancelled (by our stop or by someone), killed (time, memory, node
                     # failure) or never started.
@@ -242,7 +327,15 @@ class SlurmBackend(Backend):
                         st.error = f"{ctx.stop.reason()}; SLURM job {job} cancelled ({st.error})"
                     write_status(run_dir, st)
                 final[t.task_id] = st
-                ctx.progress.done(st)
+                reason = None
+                if retry_reasons is not None and not ctx.stop.requested:
+                    reason = job_failure_reason(state=st.state, ended_early=ended_early, slurm_state=st.slurm_state,
+                                                error=st.error, logs=[_log_tail(st.log), _log_tail(st.batch_log)])
+                if reason:
+                    retry_reasons[t.task_id] = reason
+                    ctx.progress.say(f"{t.task_id}: failed ({reason}); it will be retried")
+                else:
+                    ctx.progress.done(st)
             ctx.progress.tick(running, pending=counts.get("PENDING", 0), running=counts.get("RUNNING", 0))
             if len(final) < len(tasks):
                 time.sleep(self.poll_interval_s)

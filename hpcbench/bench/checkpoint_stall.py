@@ -1,0 +1,97 @@
+"""Asynchronous light checkpoints against synchronous ones: the training stall per save, side by side.
+
+Run: ``python -m hpcbench.bench.checkpoint_stall [--model gpt2_small] [--saves 10] [--root DIR]``
+
+One model trains AdamW steps on synthetic inputs; every ``--steps-between`` steps its light
+state (model, optimizer, progress: :func:`hpcbench.fault.state.capture_light`) is saved, in
+alternating order:
+
+* *sync*: :meth:`hpcbench.fault.checkpoint.CheckpointManager.save` on the training thread:
+  serialize, zstd, write, fsync; the loop waits for all of it;
+* *async*: :class:`hpcbench.fault.async_save.AsyncCheckpointer`: the loop waits for the copy
+  of the state to CPU memory, the write runs in a background thread while training goes on
+  (as many steps as the write takes; a write still running at the next save is a stall too).
+
+Printed: the median stall of each, their ratio, and how much the steps that overlapped the
+background write slowed down against the median step (on a machine with few cores, training
+and zstd share them). Target: async stall <= 5 % of the sync stall (the median of each).
+The state must be large enough for the save to matter: the default ``gpt2_small`` holds
+~64 MB (weights and two AdamW moments, float32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from hpcbench.core.results import RecordContext, RecordWriter
+from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
+from hpcbench.experiments.fault_tolerance.worker import TIMED_STEPS, WARMUP_STEPS, build_training, measure_stall
+
+STALL_SHARE_TARGET = 0.05
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="gpt2_small", help="a registered model (resnet50, gpt2_124M for real sizes)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--saves", type=int, default=10, help="saves of each kind (alternating); medians are compared")
+    ap.add_argument("--steps-between", type=int, default=2, help="training steps after each save (at least)")
+    ap.add_argument("--level", type=int, default=3, help="zstd level of both kinds of save")
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--root", default=None, help="checkpoint folder (default: a temporary folder under ./results, "
+                                                 "removed afterwards: /tmp may be a tmpfs, which writes nothing)")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = ap.parse_args(argv)
+
+    cfg = FaultToleranceConfig.from_dict({"models": [args.model], "dtypes": [args.dtype], "zstd_level": args.level,
+                                          "repeats": args.saves, "steps_between_saves": args.steps_between,
+                                          "batch_size": args.batch_size})
+    if args.root:
+        root = Path(args.root)
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        Path("results").mkdir(exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix="bench-checkpoint-stall-", dir="results"))
+    try:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        tr = build_training(cfg, args.model, args.dtype, device)
+        tr.train(WARMUP_STEPS)
+        step_s = statistics.median(tr.train(TIMED_STEPS))
+        # The records are not kept: the benchmark prints its figures.
+        with RecordWriter(root / "records.parquet", RecordContext(experiment="bench")) as writer:
+            stalls = measure_stall(cfg, tr, root / "checkpoints", step_s, writer, progress=lambda line: None)
+        sync, asyn = statistics.median(stalls["sync"]), statistics.median(stalls["async"])
+        slowdown = statistics.median(stalls["slowdown"])
+        share = asyn / sync
+        state_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) * 3 / 1e6
+        print(f"\n{args.model} {args.dtype} on {device.type}: light state ~{state_mb:.0f} MB (weights + 2 AdamW "
+              f"moments), zstd level {args.level}, {args.saves} saves of each kind, "
+              f"median step {step_s * 1e3:.1f} ms\n")
+        print(f"{'save':6s} {'stall p50 (ms)':>15s} {'min':>9s} {'max':>9s}")
+        for mode in ("sync", "async"):
+            v = stalls[mode]
+            print(f"{mode:6s} {statistics.median(v) * 1e3:15.2f} {min(v) * 1e3:9.2f} {max(v) * 1e3:9.2f}")
+        print(f"\nsteps overlapping an async write: {slowdown * 1e3:+.1f} ms per save against the median step "
+              f"(median over saves)")
+        print(f"target: async stall / sync stall = {share:.1%} (target <= {STALL_SHARE_TARGET:.0%}: "
+              f"{'MET' if share <= STALL_SHARE_TARGET else 'MISSED'})")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"model": args.model, "dtype": args.dtype, "device": device.type,
+                                                   "state_mb": state_mb, "step_s": step_s, **stalls,
+                                                   "sync_p50_s": sync, "async_p50_s": asyn, "share": share,
+                                                   "target": STALL_SHARE_TARGET}, indent=1))
+    finally:
+        if not args.root:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""The report section of ``fault_tolerance``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from hpcbench.experiments.fault_tolerance.plot import draw_survival, wilson_interval
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                 pick, png_of, present_stats, source_variants, text_table)
+
+TIER_ORDER = {"full": 0, "light": 1}
+
+
+def _value(frame: pd.DataFrame, src: str, var: str, column: str = "p50", **where: Any) -> float:
+    sel = frame[(frame["source"] == src) & (frame["variant"] == var)]
+    for key, val in where.items():
+        sel = sel[sel[key] == val] if key in sel.columns else sel.iloc[0:0]
+    return float(sel[column].iloc[0]) if len(sel) else math.nan
+
+
+def _ms(seconds: float) -> str:
+    return fmt_number(seconds * 1e3, 3)
+
+
+def present_fault_tolerance(data: ExperimentData) -> list[Section]:
+    """Checkpoint size and time per tier, compression by level, stall, recovery, work lost, survival."""
+    stats = data.stats
+    if not len(stats) or "phase" not in stats.columns:
+        return present_stats(data)
+    section = Section(title="Fault tolerance: checkpoints and the job wrapper", id="exp-fault-tolerance")
+    pairs = source_variants(stats, data.sources)
+    groups = lambda n: [(f"{s} · {v}", n) for s, v in pairs]  # noqa: E731 - one header row per table
+    save = stats[stats["phase"] == "save"]
+    keys = sorted({(r.model, r.dtype, r.tier) for r in save.itertuples()},
+                  key=lambda k: (k[0], k[1], TIER_ORDER.get(k[2], 9)))
+    rows = []
+    for model, dtype, tier in keys:
+        at = dict(model=model, dtype=dtype, tier=tier)
+        row = [Cell(model), Cell(dtype), Cell(tier)]
+        for s, v in pairs:
+            parts = [_value(pick(save, m), s, v, **at) for m in ("serialize_seconds", "compress_seconds",
+                                                                "write_seconds")]
+            row += [Cell(fmt_number(_value(pick(save, "bytes_raw"), s, v, **at) / 1e6, 4)),
+                    Cell(fmt_number(_value(pick(save, "bytes_written"), s, v, **at) / 1e6, 4)),
+                    Cell(fmt_number(_value(pick(save, "compression_ratio"), s, v, **at), 4)),
+                    Cell(fmt_number(_value(pick(save, "save_seconds"), s, v, **at), 3)),
+                    Cell(" / ".join(fmt_number(x, 2) for x in parts)),
+                    Cell(fmt_number(_value(pick(save, "overhead_share"), s, v, **at), 3))]
+        rows.append(row)
+    section.tables.append(Table(
+        columns=["model", "dtype", "tier"] + [c for _ in pairs for c in (
+            "MB raw", "MB written", "raw / written", "save p50 (s)", "serialize / zstd / write p50 (s)",
+            "overhead at interval (%)")],
+        rows=rows, groups=[("checkpoint", 3)] + groups(6), id="fault-tolerance-tiers",
+        caption="one synchronous save per row's tier (light: model + optimizer + progress; full: also RNG of every "
+                "rank, scheduler, scaler), zstd at the run's level; overhead = save / (interval + save) at the "
+                "guide's interval (light 600 s, full 3600 s)"))
+
+    comp = stats[stats["phase"] == "compression"]
+    if len(comp):
+        keys = sorted({(r.model, r.dtype, int(r.level)) for r in comp.itertuples() if pd.notna(r.level)})
+        rows = []
+        for model, dtype, level in keys:
+            at = dict(model=model, dtype=dtype, level=level)
+            row = [Cell(model), Cell(dtype), Cell("raw" if level == 0 else str(level))]
+            for s, v in pairs:
+                raw = _value(pick(comp, "bytes_raw"), s, v, **at)
+                secs = _value(pick(comp, "compress_seconds"), s, v, **at)
+                row += [Cell(fmt_number(_value(pick(comp, "compression_ratio"), s, v, **at), 4)),
+                        Cell(fmt_number(raw / secs / 1e6 if secs > 0 else math.nan, 3))]
+            rows.append(row)
+        section.tables.append(Table(columns=["model", "dtype", "zstd level"] + [c for _ in pairs for c in
+                                                                                 ("raw / compressed", "MB/s")],
+                                    rows=rows, groups=[("weights", 3)] + groups(2), id="fault-tolerance-levels",
+                                    caption="the model's weights (state_dict) serialized, then compressed by zstd "
+                                            "at each level: ratio and compression speed (p50 over repeats)"))
+
+    stall = pick(stats[stats["phase"] == "stall"], "stall_seconds")
+    slowdown = pick(stats[stats["phase"] == "stall"], "overlap_slowdown_seconds")
+    if len(stall):
+        keys = sorted({(r.model, r.dtype) for r in stall.itertuples()})
+        rows = []
+        for model, dtype in keys:
+            row = [Cell(model), Cell(dtype)]
+            for s, v in pairs:
+                sync = _value(stall, s, v, model=model, dtype=dtype, mode="sync")
+                asyn = _value(stall, s, v, model=model, dtype=dtype, mode="async")
+                row += [Cell(_ms(sync)), Cell(_ms(asyn)), Cell(fmt_number(asyn / sync * 100, 3)),
+                        Cell(_ms(_value(slowdown, s, v, model=model, dtype=dtype, mode="async")))]
+            rows.append(row)
+        section.tables.append(Table(columns=["model", "dtype"] + [c for _ in pairs for c in (
+            "sync stall p50 (ms)", "async stall p50 (ms)", "async / sync (%)", "overlapped steps slower by (ms)")],
+            rows=rows, groups=[("light save", 2)] + groups(4), id="fault-tolerance-stall",
+            caption="time the training loop waits per light save: the whole save when synchronous; the snapshot "
+                    "(and any wait for the previous write) when asynchronous; last column: how much longer the "
+                    "steps that ran during the background write took than the median step (cores shared with "
+                    "zstd and the write)"))
+
+    rec = stats[stats["phase"].isin(["recovery", "failure"])]
+    if len(rec):
+        rows = []
+        recovery = pick(rec, "recovery_seconds", phase="recovery")
+        for model, dtype, tier in sorted({(r.model, r.dtype, r.tier) for r in recovery.itertuples()}):
+            row = [Cell(model), Cell(dtype), Cell(f"recover newest valid {tier}")]
+            for s, v in pairs:
+                row += [Cell(fmt_number(_value(recovery, s, v, model=model, dtype=dtype, tier=tier), 3) + " s")]
+            rows.append(row)
+        lost = pick(rec, "work_lost_seconds")
+        expected = pick(rec, "work_lost_expected_seconds")
+        for model, dtype in sorted({(r.model, r.dtype) for r in lost.itertuples()}):
+            row = [Cell(model), Cell(dtype), Cell("work lost per failure at the light interval")]
+            for s, v in pairs:
+                mean = _value(lost, s, v, "mean", model=model, dtype=dtype)
+                top = _value(lost, s, v, "max", model=model, dtype=dtype)
+                exp = _value(expected, s, v, model=model, dtype=dtype)
+                row += [Cell(f"mean {fmt_number(mean, 3)} s, max {fmt_number(top, 3)} s "
+                             f"(expected {fmt_number(exp, 3)} s)")]
+            rows.append(row)
+        section.tables.append(Table(columns=["model", "dtype", "what"] + [f"{s} · {v}" for s, v in pairs], rows=rows,
+                                    id="fault-tolerance-recovery",
+                                    caption="recovery = find the newest valid checkpoint + load + restore (p50); work "
+                                            "lost = steps since that checkpoint at a failure injected at a uniformly "
+                                            "random step, as a share of the light cadence, times the light interval"))
+
+    surv = stats[stats["phase"] == "survival"]
+    failed = pick(surv, "job_failed")
+    if len(failed):
+        rows, points = [], []
+        for r in failed.itertuples():
+            jobs, share = int(r.n), float(r.mean)
+            k = round(share * jobs)
+            low, high = wilson_interval(k, jobs)
+            predicted = float(r.p) ** int(r.tries)
+            rows.append([Cell(f"{r.source} · {r.variant}"), Cell(fmt_number(r.p)), Cell(str(int(r.tries))),
+                         Cell(str(jobs)), Cell(f"{fmt_number(share, 3)} [{fmt_number(low, 3)}, {fmt_number(high, 3)}]"),
+                         Cell(fmt_number(predicted, 3)), Cell(fmt_number(share / predicted, 3))])
+            points.append((f"{r.source} · {r.variant}", float(r.p), int(r.tries), k, jobs))
+        section.tables.append(Table(columns=["series", "p", "tries", "jobs", "failed share [95 % Wilson]",
+                                             "model p^tries", "measured / model"], rows=rows,
+                                    id="fault-tolerance-survival",
+                                    caption="jobs run through slurm/run_with_retries.sh, each try failing with the "
+                                            "injected probability p; all repetitions pooled (the ledger's interval "
+                                            "treats launches as the unit)"))
+        from matplotlib.figure import Figure as MplFigure
+
+        fig = MplFigure(figsize=(5.5, 3.6))
+        ax = fig.subplots()
+        draw_survival(ax, points)
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        section.figures.append(Figure(title="job wrapper: failed share of jobs against p^tries",
+                                      png_base64=png_of(fig), alt="points of measured failure share on p^t lines"))
+    checks = stats[stats["metric"].isin(["restore_equal", "checkpoint_named", "torn_checkpoint_skipped"])]
+    check_note(section, checks, fail="a correctness check failed: a restored state differed, a name lacked host or "
+                                     "job id, or a torn checkpoint was not skipped (those launches do not count)",
+               ok="every restored state equalled the saved one; names carry host and job id; torn checkpoints skipped")
+    table = text_table(data.text, caption="Facts and values not measured")
+    if table is not None:
+        section.tables.append(table)
+    section.tables += evidence_tables(data, ["phase", "model", "dtype", "tier", "mode", "level", "ratio",
+                                             "save_p50_s", "overhead_share_p50", "stall_p50_s", "recovery_p50_s",
+                                             "work_lost_mean_s", "failure_fraction", "predicted", "n"])
+    return [section]

@@ -1,0 +1,108 @@
+"""The fault_tolerance experiment run for real: notebook under papermill at a tiny size, config, presenter.
+
+Its rules are tested from recorded records in tests/experiments/test_fault_tolerance.py."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from conftest import execute_notebook
+from hpcbench.core.errors import ConfigError
+from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
+from hpcbench.experiments.fault_tolerance.summary import summarize, verify_records
+
+TINY = dict(models=["gpt2_tiny"], zstd_levels=[0, 3], repeats=2, steps_between_saves=1, light_every_steps=2,
+            failures=3, survival_jobs=24, seq_len=16)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ft_nb")
+    df, out_dir = execute_notebook("fault_tolerance", tmp, **TINY)
+    return df, out_dir, tmp
+
+
+def labelled(df, metric, **where):
+    rows = df[df["metric"] == metric]
+    keep = [all(json.loads(s).get(k) == v for k, v in where.items()) for s in rows["labels"]]
+    return rows[keep]
+
+
+def test_notebook_runs_tiny(tiny_run):
+    df, out_dir, tmp = tiny_run
+    assert set(df["experiment"]) == {"fault_tolerance"}
+    summary = summarize(df)
+    assert summary["ok"].all(), summary["problem"].iloc[0]
+    assert "FAIL" not in verify_records(df)
+    # every restored state equalled the saved one: tier recoveries and every injected failure
+    restored = df[df["metric"] == "restore_equal"]
+    assert len(restored) == 2 * 2 * TINY["repeats"] + TINY["failures"] and (restored["value"] == 1).all()
+    named = df[df["metric"] == "checkpoint_named"]
+    assert len(named) == 4 and (named["value"] == 1).all() and named["text"].str.contains("-job").all()
+    # both tiers, both dtypes, the repeats as samples; zstd shrinks bfloat16 more than float32
+    save = summary[summary["phase"] == "save"]
+    assert len(save) == 4 and (save["n"] == TINY["repeats"]).all() and (save["ratio"] > 1.0).all()
+    ratio = save.set_index(["dtype", "tier"])["ratio"]
+    assert ratio["bfloat16", "light"] > ratio["float32", "light"]
+    raw = labelled(df, "compression_ratio", phase="compression", level=0)
+    assert len(raw) == 2 * TINY["repeats"] and (raw["value"] == 1.0).all()
+    # the asynchronous save stalls less than the synchronous one
+    stall = summary[summary["phase"] == "stall"].set_index(["dtype", "mode"])["stall_p50_s"]
+    assert stall["float32", "async"] < stall["float32", "sync"]
+    # work lost: within one light interval; a torn newest checkpoint skipped
+    lost = labelled(df, "work_lost_seconds")
+    assert len(lost) == TINY["failures"] and lost["value"].between(0, 600).all()
+    assert (df[df["metric"] == "torn_checkpoint_skipped"]["value"] == 1).all()
+    # survival: every job made 1..3 attempts, a failed one all 3
+    failed = labelled(df, "job_failed", phase="survival")["value"].to_numpy()
+    tries = labelled(df, "job_tries", phase="survival")["value"].to_numpy()
+    assert len(failed) == TINY["survival_jobs"] and ((tries >= 1) & (tries <= 3)).all()
+    assert (tries[failed == 1] == 3).all()
+    assert not list(out_dir.glob("checkpoints-*"))            # removed (keep_checkpoints off)
+    nb = nbformat.read(tmp / "fault_tolerance.ipynb", as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "C11:" in text and "C15:" in text and "inconclusive" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_config_rejects_bad_values(tmp_path):
+    with pytest.raises(ConfigError, match="dtypes"):
+        FaultToleranceConfig.from_dict({"dtypes": ["float16"]})
+    with pytest.raises(ConfigError, match="zstd_levels"):
+        FaultToleranceConfig.from_dict({"zstd_levels": [3, 3]})
+    with pytest.raises(ConfigError, match="seq_len"):
+        FaultToleranceConfig.from_dict({"models": ["gpt2_tiny"], "seq_len": 1000})
+    with pytest.raises(ConfigError, match="checkpoint_dir"):
+        FaultToleranceConfig.from_dict({"checkpoint_dir": str(tmp_path / "nope")})
+
+
+def test_estimate_counts_the_state_copies():
+    from hpcbench.experiments import EXPERIMENTS
+
+    spec = EXPERIMENTS.get("fault_tolerance")
+    small = spec.estimate(FaultToleranceConfig.from_dict(TINY))
+    big = spec.estimate(FaultToleranceConfig.from_dict({"models": ["gpt2_124M"], "repeats": 10}))
+    assert 0 < small.memory_per_rank < big.memory_per_rank and big.memory_per_rank > 5 * 12 * 124e6
+    assert small.seconds < big.seconds and "copies" in big.basis
+
+
+def test_presenter_renders_the_tiny_run(tiny_run):
+    from hpcbench.core.results import expand_labels
+    from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.report.aggregate import series_stats
+    from hpcbench.report.kit import ExperimentData
+
+    df = tiny_run[0].assign(source="run")
+    stats = expand_labels(series_stats(df[df["value"].notna()]))
+    text = expand_labels(df[df["value"].isna() & df["text"].notna()])
+    sections = EXPERIMENTS.get("fault_tolerance").present(ExperimentData("fault_tolerance", ["run"], stats, text, None))
+    ids = [t.id for t in sections[0].tables]
+    assert {"fault-tolerance-tiers", "fault-tolerance-levels", "fault-tolerance-stall", "fault-tolerance-recovery",
+            "fault-tolerance-survival"} <= set(ids)
+    tiers = sections[0].tables[ids.index("fault-tolerance-tiers")]
+    assert len(tiers.rows) == 4
+    assert sections[0].figures and sections[0].figures[0].png_base64
