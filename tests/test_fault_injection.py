@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from cluster_fixtures import require_cluster_prerequisites
-from conftest import REPO
+from conftest import REPO, need_executable
 from hpcbench.data.manifest import Manifest, sha256_file, shard_entry
 from hpcbench.fault.inject import corrupt_shard, full_disk, kill_during_write, kill_one_rank, node_down, node_up
 from hpcbench.fault.retry import measure_survival, repair
@@ -316,11 +316,8 @@ def test_wrapper_failures_follow_p_cubed(tmp_path):
 
 
 def test_wrapper_is_shellcheck_clean():
-    import shutil
-
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (apt-get install shellcheck); the lint is optional")
-    proc = subprocess.run(["shellcheck", str(WRAPPER)], capture_output=True, text=True, timeout=60)
+    shellcheck = need_executable("shellcheck", "apt-get install shellcheck")
+    proc = subprocess.run([shellcheck, str(WRAPPER)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
 
 
