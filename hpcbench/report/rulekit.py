@@ -21,9 +21,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, paired_samples, select
+from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, launch_params, paired_samples, select
 from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, judge, judge_family,
                                      paired_bootstrap, single_value)
+from hpcbench.system.facts import EMULATED_CLUSTER
 
 #: Facts that make two launches incomparable when they differ.
 GROUP_FACTS = ("cluster", "link_rate_bps", "link_delay_s", "infiniband", "gpus", "backend", "storage.filesystem")
@@ -187,3 +188,19 @@ def judge_levels(evidence: Evidence, levels: Sequence[Level] | Callable[[pd.Seri
     return _assemble(evidence, members, judged, what)
 
 
+def slow_link_problem(launch: pd.Series) -> str | None:
+    """None when the launch's inter-node link is slower than its intra-node one, else why not.
+
+    Techniques that save inter-node bytes or synchronisations (a two-level reduction, gradient
+    compression, fewer all-reduces) can only show where such a link exists: the emulated cluster's
+    shaped link, or real nodes under SLURM. Emulated nodes on one machine share one
+    loopback, and one node has no inter-node link at all.
+    """
+    nodes = int(launch_params(launch["params"]).get("nodes", 1))
+    if nodes < 2:
+        return "one node: there is no inter-node link"
+    cluster = str(launch.get("cluster") or "")
+    if cluster == EMULATED_CLUSTER or cluster.startswith("SLURM"):
+        return None
+    return (f"ran on {cluster or 'an unrecorded setup'}: every byte crosses one loopback, so there is no "
+            f"slower inter-node link whose bytes or waits a technique could spare")

@@ -11,10 +11,9 @@ import pandas as pd
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C3_RESNET
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import Evidence, Judgement, launch_params
-from hpcbench.report.rulekit import Comparison, judge_comparisons
+from hpcbench.report.ledger import Evidence, Judgement
+from hpcbench.report.rulekit import Comparison, judge_comparisons, slow_link_problem
 from hpcbench.report.verdict import Reference, gain_reference
-from hpcbench.system.facts import EMULATED_CLUSTER
 
 DEFAULT_BUCKET_MB = DDP_DEFAULT_BUCKET_BYTES / (1 << 20)
 #: The guide's figures per model family: (DDP, hybrid, stated gain %).
@@ -32,24 +31,6 @@ def family_of(model: str) -> str | None:
         if str(model).startswith(family):
             return family
     return None
-
-
-def slow_link_problem(launch: pd.Series) -> str | None:
-    """None when the launch's inter-node link is slower than its intra-node one, else why not.
-
-    The mechanism of C3 is that a two-level reduction sends fewer bytes over the slow
-    inter-node link; it can only show where such a link exists: the emulated cluster's
-    shaped link, or real nodes under SLURM. Emulated nodes on one machine share one
-    loopback, and one node has no inter-node link at all.
-    """
-    nodes = int(launch_params(launch["params"]).get("nodes", 1))
-    if nodes < 2:
-        return "one node: there is no inter-node link"
-    cluster = str(launch.get("cluster") or "")
-    if cluster == EMULATED_CLUSTER or cluster.startswith("SLURM"):
-        return None
-    return (f"ran on {cluster or 'an unrecorded setup'}: every byte crosses one loopback, so there is no "
-            f"slower inter-node link for a two-level reduction to spare")
 
 
 def _two_level_mode(evidence: Evidence) -> str:
