@@ -47,19 +47,21 @@ def _dist():
     return dist
 
 
-def _reduce_scatter(out, inp, group):
+def reduce_scatter_async(out, inp, group):
+    """Start a reduce-scatter of ``inp`` into ``out`` over ``group``; returns the ``Work``."""
     dist = _dist()
     fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     return fn(out, inp, group=group, async_op=True)
 
 
-def _all_gather(out, inp, group):
+def all_gather_async(out, inp, group):
+    """Start an all-gather of ``inp`` into ``out`` over ``group``; returns the ``Work``."""
     dist = _dist()
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     return fn(out, inp, group=group, async_op=True)
 
 
-class _OrderedExecutor:
+class OrderedExecutor:
     """One daemon thread running submitted functions in submission order.
 
     DDP calls a hook bucket after bucket in the same order on every rank; running the
@@ -111,7 +113,7 @@ class HierarchicalState:
     intra_via_allreduce: bool | None = None
     """do the intra-node stages with all-reduces (None: on CPU tensors, where gloo's
     reduce-scatter / all-gather are slow); the inter-node bytes are the same either way"""
-    _executor: _OrderedExecutor | None = field(default=None, repr=False)
+    _executor: OrderedExecutor | None = field(default=None, repr=False)
 
     @classmethod
     def from_topology(cls, topo: Topology) -> "HierarchicalState":
@@ -140,7 +142,7 @@ class HierarchicalState:
             fut.set_result(tensor)
             return fut
         if self._executor is None:
-            self._executor = _OrderedExecutor(f"hpcbench-hierarchical-{self.topology.rank}")
+            self._executor = OrderedExecutor(f"hpcbench-hierarchical-{self.topology.rank}")
         return self._executor.submit(lambda t: fn(t, self), tensor)
 
 
@@ -182,10 +184,10 @@ def hierarchical_allreduce_(tensor: Any, state: HierarchicalState) -> Any:
         dist.all_reduce(work, group=state.intra_group, async_op=True).wait()
     else:
         shard = torch.empty(size, dtype=tensor.dtype, device=tensor.device)
-        _reduce_scatter(shard, work, state.intra_group).wait()
+        reduce_scatter_async(shard, work, state.intra_group).wait()
         if topo.nodes > 1:
             dist.all_reduce(shard, group=state.inter_group, async_op=True).wait()
-        _all_gather(work, shard, state.intra_group).wait()
+        all_gather_async(work, shard, state.intra_group).wait()
     if total != n:
         flat.copy_(work[:n])
     return tensor
@@ -244,5 +246,6 @@ def noop_hook(state: BucketLog | None, bucket):
     return fut
 
 
-__all__ = ["BucketLog", "HierarchicalState", "hierarchical_allreduce_", "hierarchical_allreduce_hook",
-           "leader_allreduce_", "leader_allreduce_hook", "noop_hook", "padded_length"]
+__all__ = ["BucketLog", "HierarchicalState", "OrderedExecutor", "all_gather_async", "hierarchical_allreduce_",
+           "hierarchical_allreduce_hook", "leader_allreduce_", "leader_allreduce_hook", "noop_hook", "padded_length",
+           "reduce_scatter_async"]

@@ -154,9 +154,16 @@ def check_layout(mode: str, topo: Topology, world_size: int) -> CommMode:
     return spec
 
 
+#: Modes a gradient compression can be combined with: plain DDP (compress over the world) and the
+#: two-level reduction (compress only the inter-node exchange); the others already own DDP's one hook
+#: in a way compression cannot share (leader broadcast, nn.DataParallel inside the process).
+COMPRESSIBLE_MODES = ("ddp", "hierarchical")
+
+
 def parallelize(model: Any, mode: str, topo: Topology, *, bucket_cap_mb: float | None = None,
                 device: Any = None, state: HierarchicalState | None = None, comm: str = "mode",
-                bucket_log: BucketLog | None = None) -> Any:
+                bucket_log: BucketLog | None = None, compression: str = "none",
+                compression_options: dict[str, Any] | None = None) -> Any:
     """Wrap ``model`` for data-parallel training with communication mode ``mode``.
 
     Args:
@@ -171,6 +178,12 @@ def parallelize(model: Any, mode: str, topo: Topology, *, bucket_cap_mb: float |
         comm: ``"mode"``, or ``"noop"`` for the same wrapping with gradient communication
             replaced by :func:`~hpcbench.parallel.hooks.noop_hook` (a timing baseline).
         bucket_log: with ``comm="noop"``, where the no-op hook notes the bucket sizes.
+        compression: a name of :data:`hpcbench.parallel.compression.COMPRESSIONS` (``none``,
+            ``fp16``, ``bf16``, ``powersgd``, ``quant2bit``), with ``ddp`` or ``hierarchical``
+            (there ``quant2bit`` compresses only the inter-node exchange). With ``bucket_cap_mb``
+            None the compression's own bucket size applies (``quant2bit``: the guide's 4 MiB).
+            The hook's byte counts are on ``wrapped.compression_state.stats``.
+        compression_options: the compression's options (``quant2bit``: ``Quant2BitConfig``'s fields).
 
     Returns:
         The DDP-wrapped module.
@@ -186,6 +199,17 @@ def parallelize(model: Any, mode: str, topo: Topology, *, bucket_cap_mb: float |
         raise ConfigError(f"{bucket_cap_mb} is out of range; allowed: > 0", field="bucket_cap_mb")
     if comm not in ("mode", "noop"):
         raise ConfigError(f"{comm!r} is not one of ['mode', 'noop']", field="comm")
+    options = dict(compression_options or {})
+    compressed = compression != "none" or bool(options)
+    if compressed:
+        from hpcbench.parallel.compression import COMPRESSIONS, bucket_cap_mb_for, check_options
+
+        COMPRESSIONS.get(compression)
+        if mode not in COMPRESSIBLE_MODES:
+            raise ConfigError(f"compression {compression!r} cannot be combined with mode {mode!r}; "
+                              f"allowed modes: {list(COMPRESSIBLE_MODES)}", field="compression", config=mode)
+        check_options(compression, options)
+        bucket_cap_mb = bucket_cap_mb_for(compression, bucket_cap_mb, **options)
     if device is None:
         device = next(model.parameters()).device
     if spec.uses_groups and state is None and comm == "mode":
@@ -195,4 +219,13 @@ def parallelize(model: Any, mode: str, topo: Topology, *, bucket_cap_mb: float |
         wrapped = _wrap_hybrid(model, ctx) if mode == "hybrid_dp_ddp" else _ddp(model, ctx)
         wrapped.register_comm_hook(bucket_log, noop_hook)
         return wrapped
-    return spec.wrap(model, ctx)
+    if not compressed:
+        return spec.wrap(model, ctx)
+    from hpcbench.parallel.compression import apply_compression
+
+    # DDP takes one comm hook: the compression's replaces the mode's, and with the two-level mode it
+    # gets the mode's process groups so that only the inter-node exchange is compressed.
+    wrapped = _ddp(model, ctx)
+    wrapped.compression_state = apply_compression(wrapped, compression,
+                                                  hierarchical=state if mode == "hierarchical" else None, **options)
+    return wrapped
