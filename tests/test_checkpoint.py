@@ -474,3 +474,24 @@ def test_light_resume_loses_under_one_interval_and_differs_only_by_rng(tmp_path,
     same = [after[s]["loss"] for s in after] == [straight[s]["loss"] for s in after]
     same_final = resumed_final["params_sha256"] == straight_final["params_sha256"]
     assert (same, same_final) == ((False, False) if dropout else (True, True))
+
+
+# -- the fault_tolerance experiment's training state ------------------------------------------------
+def test_a_grid_model_trains_and_restores_in_bfloat16():
+    """A weather model's float inputs follow its bfloat16 weights (else the patch embedding refuses the
+    float32 fields), a step trains, and a fresh copy restored from the full tier holds the same state."""
+    from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
+    from hpcbench.experiments.fault_tolerance.worker import build_training, capture, fresh_like, restored_equals
+    from hpcbench.fault.state import restore as restore_state
+
+    cfg = FaultToleranceConfig.from_dict({"models": ["weather_tiny"], "dtypes": ["bfloat16"], "batch_size": 1})
+    tr = build_training(cfg, "weather_tiny", "bfloat16", torch.device("cpu"))
+    assert tr.inputs.dtype == torch.bfloat16 and tr.targets.shape == (1, 8, 32, 64)
+    before = copy.deepcopy(tr.model.head.weight.detach())
+    tr.train(1)
+    assert not torch.equal(before, tr.model.head.weight)  # the step changed the weights
+    saved = copy.deepcopy(capture(tr, "full"))
+    fresh = fresh_like(tr, cfg, torch.device("cpu"))
+    assert not restored_equals(fresh, saved)
+    restore_state(saved, fresh.model, fresh.optimizer)
+    assert restored_equals(fresh, saved)

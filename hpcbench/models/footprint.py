@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcbench.models.weather_presets import WEATHER_PRESETS, WeatherConfig, parameter_count  # torch-free
+
 
 @dataclass(frozen=True)
 class ModelFootprint:
     """Sizes of one registered model, enough for a training estimate without building it.
 
-    Units are per input *item*: one pixel position of an image (``image_size ** 2`` per image)
-    or one token (``seq_len`` per sequence).
+    Units are per input *item*: one pixel position of an image (``image_size ** 2`` per image),
+    one token (``seq_len`` per sequence) or one whole grid sample (a weather model's grid is
+    fixed by its preset, so its sizes are per sample).
     """
 
     parameters: int
@@ -40,10 +43,13 @@ def model_footprint(name: str) -> ModelFootprint | None:
     GPT-2s are computed from their preset: parameters V d + T d + L (12 d^2 + 13 d) + 2 d
     (tied head), layer outputs per token V + 3 d + 15 L d (logits, embeddings, final norm;
     per block: 2 norms, qkv, attention out, proj, MLP in, GELU, MLP out), MACs per token ~ the
-    parameters (attention's T^2 term left out: rough).
+    parameters (attention's T^2 term left out: rough). Weather models: see :func:`weather_footprint`.
     """
     if name in _RESNET_FOOTPRINTS:
         return _RESNET_FOOTPRINTS[name]
+    if name.startswith("weather_"):
+        weather = WEATHER_PRESETS.get(name[len("weather_"):])
+        return weather_footprint(weather) if weather else None
     from hpcbench.models.gpt2_presets import GPT2_PRESETS  # torch-free
 
     preset = GPT2_PRESETS.get(name[len("gpt2_"):]) if name.startswith("gpt2_") else None
@@ -52,6 +58,28 @@ def model_footprint(name: str) -> ModelFootprint | None:
     d, layers, vocab = preset.n_embd, preset.n_layer, preset.vocab_size
     params = vocab * d + preset.block_size * d + layers * (12 * d * d + 13 * d) + 2 * d
     return ModelFootprint(params, vocab + 3 * d + 15 * layers * d, params)
+
+
+def weather_footprint(cfg: WeatherConfig) -> ModelFootprint:
+    """A weather ViT's footprint per grid sample (its only item), from its shape.
+
+    With width d, n tokens after padding and patching, L blocks, MLP ratio r, C channels,
+    patch p and out = C p^2 values per token:
+
+    * parameters: :func:`~hpcbench.models.weather_presets.parameter_count` (exact);
+    * layer outputs: n (3 d + L (7 + 2 r) d + out) + 2 C lat lon (patch embedding, position sum
+      and final norm; per block the same 7 + 2 r widths as GPT-2's; the head; the padded input
+      and the output field), within 1 % of what autograd saves for the tiny and small presets;
+    * forward MACs: n (2 out d + L ((4 + 2 r) d^2 + 2 n d)) (patch embedding and head; per block
+      qkv, proj and the MLP, then Q K^T and A V over all n tokens: full attention over the globe,
+      which dominates at 0.25 degree). Both parts equal what
+      ``torch.utils.flop_counter.FlopCounterMode`` counts (tests/test_weather_model.py).
+    """
+    d, n, layers, r = cfg.width, cfg.tokens, cfg.depth, cfg.mlp_ratio
+    out = cfg.channels * cfg.patch ** 2
+    activations = n * (3 * d + layers * (7 + 2 * r) * d + out) + 2 * cfg.channels * cfg.lat * cfg.lon
+    macs = n * (2 * out * d + layers * ((4 + 2 * r) * d * d + 2 * n * d))
+    return ModelFootprint(parameter_count(cfg), activations, macs)
 
 
 @dataclass(frozen=True)
@@ -72,10 +100,10 @@ GPU_SPEED = AssumedSpeed(flops=10e12, link_bytes_s=10e9, latency_s=30e-6)
 
 
 def _items(name: str, image_size: int, seq_len: int) -> int:
-    """Footprint items in one sample of model ``name``: pixels of one image, or tokens of one sequence."""
+    """Footprint items in one sample of model ``name``: pixels of one image, tokens of one sequence, or 1 grid."""
     from hpcbench.models import MODELS
 
-    return image_size ** 2 if MODELS.get(name).kind == "image" else seq_len
+    return {"image": image_size ** 2, "text": seq_len, "grid": 1}[MODELS.get(name).kind]
 
 
 def training_memory(name: str, *, samples: int, image_size: int, seq_len: int, state_copies: int) -> int | None:

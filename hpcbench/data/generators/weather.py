@@ -30,6 +30,24 @@ class WeatherSpec:
     seed: int = 0
 
 
+#: Travelling waves per channel; each is (zonal wave number, amplitude, eastward speed, phase).
+WAVES_PER_CHANNEL = 4
+
+
+def draw_waves(rng: np.random.Generator, channels: int) -> np.ndarray:
+    """Random planetary waves for :func:`render_step`, ``(channels, WAVES_PER_CHANNEL, 4)`` float64.
+
+    Zonal wave numbers 1-6 (planetary scale, so the fields stay smooth), amplitudes 0.05-0.3
+    (a fraction of the channel's mean, 1-2.4 at the equator), eastward phase speeds 0.02-0.2 rad
+    per step (a field changes a little from one step to the next) and any phase. The draws are
+    made in this order, channel by channel: :func:`make_weather`'s files for a seed depend on it,
+    byte for byte. :func:`hpcbench.models.weather.synthetic_forecast_pair` draws its waves here too.
+    """
+    n = WAVES_PER_CHANNEL
+    return np.stack([np.stack([rng.integers(1, 7, n), rng.uniform(0.05, 0.3, n), rng.uniform(0.02, 0.2, n),
+                               rng.uniform(0, 2 * np.pi, n)], axis=1) for _ in range(channels)])
+
+
 def render_step(t: int, spec: WeatherSpec, waves: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     lat = np.linspace(-np.pi / 2, np.pi / 2, spec.lat)[:, None]
     lon = np.linspace(0, 2 * np.pi, spec.lon, endpoint=False)[None, :]
@@ -49,8 +67,7 @@ def make_weather(out: str | os.PathLike, spec: WeatherSpec, *, command: str = ""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(spec.seed)
-    waves = np.stack([np.stack([rng.integers(1, 7, 4), rng.uniform(0.05, 0.3, 4), rng.uniform(0.02, 0.2, 4),
-                                rng.uniform(0, 2 * np.pi, 4)], axis=1) for _ in range(spec.channels)])
+    waves = draw_waves(rng, spec.channels)
     names = [DEFAULT_CHANNELS[c] if c < len(DEFAULT_CHANNELS) else f"ch{c}" for c in range(spec.channels)]
     shards = []
     for first in range(0, spec.steps, spec.steps_per_shard):

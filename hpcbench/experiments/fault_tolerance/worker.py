@@ -113,7 +113,7 @@ def build_training(cfg: FaultToleranceConfig, model_name: str, dtype: str, devic
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed, image_size=cfg.image_size,
                                 seq_len=cfg.seq_len)
-    if spec.kind == "image":
+    if spec.kind in ("image", "grid"):  # float inputs follow the weights' dtype; token ids stay integers
         x = x.to(_torch_dtype(dtype))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     return Training(spec, dtype, model, optimizer, x, y, sync)
