@@ -200,6 +200,14 @@ def test_world1_worker_on_gloo(tmp_path):
     assert result.key == "gloo, 4/4 ops correct"
 
 
+def test_hooks_worker_on_gloo(tmp_path):
+    ctx = gc.CheckContext(device=torch.device("cpu"), out_dir=tmp_path, backend="gloo")
+    result = gc.check_hooks_world1(ctx)
+    assert result.result == "pass", result.error
+    assert set(result.details["checks"]) >= {"pack_unpack", "error_feedback", "uint8_collectives", "hook_quant2bit",
+                                             "hook_powersgd", "hook_fp16", "no_sync_accumulation"}
+
+
 def test_launcher_path_on_gloo(tmp_path):
     ctx = gc.CheckContext(device=torch.device("cpu"), out_dir=tmp_path, backend="gloo")
     result = gc.check_nccl_launcher(ctx)

@@ -10,6 +10,9 @@ The checks, in the order they run (each is independent: one that raises is recor
 * ``nccl_launcher``: the project's launcher (``torchrun --standalone``, 1 rank, backend
   ``nccl``) runs the collectives experiment's :func:`measure_op` for every op at two sizes,
   with its value checks, and the rank's records are read back.
+* ``hooks_world1``: the gradient compression hooks (2-bit core, messages through NCCL, every
+  registered compression inside DDP) and ``no_sync`` accumulation on CUDA tensors, in a world
+  of 1 (the exchange between ranks needs 2 GPUs; it is tested on CPU ranks).
 * ``train_resnet50`` / ``train_gpt2_124M``: single-GPU training steps under bf16 autocast
   (warm-up, then timed steps, each timed with CUDA events); throughput and MFU. They pass when
   the loss stays finite and the MFU lies in (0, 1) (MFU "n/a" when the GPU is not in
@@ -21,7 +24,7 @@ The checks, in the order they run (each is independent: one that raises is recor
   measured value (per-step times...), written as one records file of the results schema
   (``OUT/records/gpu-check.parquet``) and read back value for value.
 
-The two NCCL checks run first, in child processes, before this process creates its own CUDA
+The three NCCL checks run first, in child processes, before this process creates its own CUDA
 context: on a GPU in exclusive-process compute mode they could not start afterwards.
 
 Output: the table (check | result | key number | seconds) on stdout, the same as JSON with
@@ -540,6 +543,114 @@ def check_nccl_world1(ctx: CheckContext) -> CheckResult:
                        error=f"wrong values from {wrong}" if wrong else "", details=result)
 
 
+# The gradient hooks on the device -----------------------------------------------------------------
+
+def hooks_world1_worker(backend: str) -> None:
+    """Child process: the compression and overlap code on the device's tensors, in a world of 1.
+
+    What one GPU can check: the 2-bit core (pack, quantise with error feedback, the message
+    format) on CUDA tensors; the uint8 messages through NCCL's all_to_all_single and all_gather
+    (at world 1 each is an identity, so the bytes must come back unchanged); each registered
+    compression hook inside DDP for a few steps (finite, identical to no hook at world 1 for
+    the exact ones); ``no_sync`` accumulation giving the gradients of the joined batch. The
+    exchange between ranks needs 2 GPUs (NCCL refuses two ranks on one device): it is tested
+    on CPU ranks with gloo (tests/test_compression.py). Prints one ``RESULT_PREFIX`` JSON line.
+    """
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from hpcbench.parallel import compression as c
+    from hpcbench.parallel.hooks import all_gather_async
+    from hpcbench.parallel.overlap import accumulation_step
+
+    extra, device = {}, torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(0)
+        device = torch.device("cuda", 0)
+        extra["device_id"] = device
+    dist.init_process_group(backend, init_method="env://", rank=0, world_size=1,
+                            timeout=timedelta(seconds=60), **extra)
+    try:
+        checks: dict[str, bool] = {}
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        codes = torch.randint(0, 4, (4099,), generator=gen, dtype=torch.uint8).to(device)
+        checks["pack_unpack"] = torch.equal(c.unpack_2bit(c.pack_2bit(codes), 4099), codes)
+        x = torch.randn(3, 5000, generator=gen).to(device)
+        old = torch.randn(3, 5000, generator=gen).to(device) * 0.1
+        q, scales, new = c.quantize_with_feedback(x, old, 1024)
+        kept = (x + old) - c.dequantize_2bit(q, scales, 1024)
+        checks["error_feedback"] = torch.equal(new, kept)
+        msg = c.encode_message(q[:, :4096].contiguous(), scales[:, :4])
+        checks["message"] = torch.equal(c.decode_message(msg, 4096, 1024),
+                                        c.dequantize_2bit(q[:, :4096], scales[:, :4], 1024))
+        flat = msg[:1].reshape(-1).contiguous()
+        got = torch.empty_like(flat)
+        dist.all_to_all_single(got, flat)
+        gathered = torch.empty_like(flat)
+        all_gather_async(gathered, flat, None).wait()
+        checks["uint8_collectives"] = torch.equal(got, flat) and torch.equal(gathered, flat)
+
+        def net() -> torch.nn.Module:
+            torch.manual_seed(1)
+            return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LayerNorm(128), torch.nn.GELU(),
+                                       torch.nn.Linear(128, 8)).to(device)
+
+        batches = [(torch.randn(16, 64, generator=gen).to(device), torch.randn(16, 8, generator=gen).to(device))
+                   for _ in range(4)]
+        loss_fn = torch.nn.functional.mse_loss
+        reference = None
+        for name in c.COMPRESSIONS.names():
+            ddp = DDP(net(), device_ids=[0] if device.type == "cuda" else None,
+                      bucket_cap_mb=c.bucket_cap_mb_for(name))
+            state = c.apply_compression(ddp, name)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+            for xb, yb in batches:
+                opt.zero_grad(set_to_none=True)
+                loss_fn(ddp(xb), yb).backward()
+                opt.step()
+            params = torch.cat([p.detach().reshape(-1) for p in ddp.module.parameters()])
+            if name == "none":
+                reference = params
+            ok = bool(torch.isfinite(params).all()) and state.stats.buckets > 0
+            if name in ("none", "quant2bit"):  # world 1: nothing is quantised, the average is the gradient
+                ok = ok and torch.equal(params, reference)
+            checks[f"hook_{name}"] = ok
+        ddp = DDP(net(), device_ids=[0] if device.type == "cuda" else None)
+        accumulation_step(ddp, batches, loss_fn)
+        accumulated = [p.grad.clone() for p in ddp.module.parameters()]
+        joined = net()
+        loss_fn(joined(torch.cat([b[0] for b in batches])), torch.cat([b[1] for b in batches])).backward()
+        checks["no_sync_accumulation"] = all(torch.allclose(a, p.grad, rtol=1e-4, atol=1e-6)
+                                             for a, p in zip(accumulated, joined.parameters()))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        print(RESULT_PREFIX, json.dumps({"checks": checks}), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def check_hooks_world1(ctx: CheckContext) -> CheckResult:
+    import torch.distributed as dist
+
+    if ctx.backend == "nccl" and not dist.is_nccl_available():
+        raise SkipCheck("this torch build has no NCCL")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
+               LOCAL_RANK="0")
+    code = f"from hpcbench.bench.gpu_check import hooks_world1_worker; hooks_world1_worker({ctx.backend!r})"
+    done = _run_child(code, env, NCCL_WORLD1_TIMEOUT_S)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if done.returncode != 0 or not lines:
+        raise AssertionError(f"child exited with {done.returncode}; output:\n{done.stdout[-3000:]}")
+    checks = json.loads(lines[-1][len(RESULT_PREFIX):])["checks"]
+    wrong = [name for name, ok in checks.items() if not ok]
+    key = f"{ctx.backend}, {len(checks) - len(wrong)}/{len(checks)} hook checks correct"
+    return CheckResult("", "fail" if wrong else "pass", key,
+                       error=f"wrong: {wrong}" if wrong else "", details={"checks": checks})
+
+
 # NCCL through the project's launcher ------------------------------------------------------------
 
 @dataclass
@@ -667,6 +778,7 @@ def _training(name: str) -> Check:
 CHECKS: tuple[Check, ...] = (
     Check("nccl_world1", check_nccl_world1),
     Check("nccl_launcher", check_nccl_launcher),
+    Check("hooks_world1", check_hooks_world1),
     _training("train_resnet50"),
     _training("train_gpt2_124M"),
     Check("prefetch_cuda", check_prefetch),
