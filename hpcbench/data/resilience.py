@@ -166,3 +166,21 @@ class ShardAccess:
         self.events.add("repair", shard=str(target), source=str(origin), reason=reason,
                         seconds=time.perf_counter() - t0, **where)
         return True
+
+
+def repair_or_raise(access: ShardAccess, manifest: Manifest, folder: Path) -> None:
+    """Repair every missing or wrong-sized shard of ``manifest`` up front, or name it in a ManifestError.
+
+    What a reader does when it opens a data set: a shard that a cheap size check already finds
+    wrong is copied back from its intact source through ``access``; one without such a source
+    stops the run before any compute, naming the manifest and the problem.
+    """
+    from hpcbench.data.errors import ManifestError
+    from hpcbench.data.manifest import check_files
+
+    for problem in check_files(manifest, folder):
+        path = problem.split(": ", 1)[0]
+        i = next(i for i, s in enumerate(manifest.shards) if str(folder / s.path) == path)
+        if not access.repair(i, problem, stage="open"):
+            raise ManifestError(f"the manifest does not match the files: {problem} (no intact source "
+                                f"copy to repair it from)", path=str(folder / "manifest.json"))

@@ -15,11 +15,17 @@ Batches built inside the workers (one shared-memory tensor per batch of raw byte
     ds = open_dataset("data/images-tfrecord", decode=False, batch_in_worker=32)
     loader = DataLoader(ds, num_workers=4, **loader_options(ds, 32))   # batch_size=None
     for batch in loader: ...   # batch["image"] (uint8), batch["image_offsets"]; image_bytes(batch)
+
+The weather data set (gridded fields, not images) has its own reader, outside :data:`READERS`::
+
+    ds = WeatherDataset("data/weather", rank=0, world_size=1, seed=0, block_size=16)
+    for batch in DataLoader(ds, batch_size=8, num_workers=2): ...   # batch["x"], batch["y"]; block_reads(batch)
 """
 
 from hpcbench.data.readers.base import (READERS, ShardedImageDataset, collate_samples, decode_jpeg, image_bytes,
                                         loader_options, open_dataset)
 from hpcbench.data.readers import files, hdf5, tar, tfrecord  # noqa: F401  (registers the readers)
+from hpcbench.data.readers.weather import WeatherDataset, block_reads
 
-__all__ = ["READERS", "ShardedImageDataset", "collate_samples", "decode_jpeg", "image_bytes", "loader_options",
-           "open_dataset"]
+__all__ = ["READERS", "ShardedImageDataset", "WeatherDataset", "block_reads", "collate_samples", "decode_jpeg",
+           "image_bytes", "loader_options", "open_dataset"]

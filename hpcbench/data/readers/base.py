@@ -44,9 +44,9 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, ShardError
-from hpcbench.data.manifest import Manifest, check_files, load_manifest
+from hpcbench.data.manifest import load_manifest
 from hpcbench.data.plan import Piece, buffer_shuffle, epoch_pieces
-from hpcbench.data.resilience import EventLog, OpenedShard, ShardAccess, ShardCheckFailed, Verify
+from hpcbench.data.resilience import EventLog, OpenedShard, ShardAccess, ShardCheckFailed, Verify, repair_or_raise
 from hpcbench.core.registry import Registry
 
 # torchvision 0.29 deprecates its JPEG decoder in favour of torchcodec, which the tested set
@@ -214,7 +214,7 @@ class ShardedImageDataset(IterableDataset):
         self._offsets = [0]
         for shard in manifest.shards:
             self._offsets.append(self._offsets[-1] + shard.samples)
-        self._check_files()
+        repair_or_raise(self.access, self.manifest, self.folder)
 
     # -- what subclasses implement ------------------------------------------------------
     def read_range(self, shard: OpenedShard, start: int, stop: int) -> Iterator[tuple[bytes, int]]:
@@ -271,15 +271,6 @@ class ShardedImageDataset(IterableDataset):
             yield collate_samples(batch, pack_bytes=True)
 
     # -- internals ------------------------------------------------------------------------
-    def _check_files(self) -> None:
-        """Missing or wrong-sized shards are repaired up front, or named in a ManifestError."""
-        for problem in check_files(self.manifest, self.folder):
-            path = problem.split(": ", 1)[0]
-            i = next(i for i, s in enumerate(self.manifest.shards) if str(self.folder / s.path) == path)
-            if not self.access.repair(i, problem, stage="open"):
-                raise ManifestError(f"the manifest does not match the files: {problem} (no intact source "
-                                    f"copy to repair it from)", path=str(self.folder / "manifest.json"))
-
     def _item(self, s: RawSample) -> dict[str, Any]:
         if self.decode:
             try:

@@ -1,0 +1,240 @@
+"""HDF5 readers against a plain sequential read of the same files: block reads vs one call per sample.
+
+Run: ``python -m hpcbench.bench.hdf5_reads [--steps 384] [--images 2000] [--cache cold,warm] [--root DIR]``
+
+Two data sets, generated under ``--root`` (default: a temporary folder under ./results, on
+this disk: /tmp may be a tmpfs, where "cold" means nothing):
+
+* the weather data set (``data_prep/make_weather.py``: ``fields[time, channel, lat, lon]``
+  float32, default grid 8 x 121 x 240, 32 steps per shard), read by
+  :class:`hpcbench.data.readers.weather.WeatherDataset` in blocks of each of
+  ``--block-sizes`` pairs with its defaults (one ``preadv`` per block at the chunk offsets
+  HDF5's index gives, one block read ahead by a thread); at the default block size also
+  without the read ahead, and with one HDF5 hyperslab call per block instead of ``preadv``;
+  and one HDF5 call per pair, no read ahead (what a naive per-sample reader does);
+* ImageNet-like JPEGs in HDF5 shards (``--shard-size``), read by
+  :class:`hpcbench.data.readers.hdf5.HDF5Dataset` with block reads (``block_bytes``, the
+  default) and sample by sample (``block_bytes = 0``, the former path).
+
+Each reader runs alone (one process, no DataLoader, raw data: no JPEG decoding, shards
+checked by size, shuffled) for one epoch, and every sample must arrive exactly once. In the
+same round, a plain sequential read of the very same files (8 MiB ``readinto`` calls, one
+stream) is timed with the page cache in the same state: ``cold`` evicts the files before
+each timed read (:mod:`hpcbench.data.page_cache`, checked with mincore), ``warm`` reads them
+once untimed first. Throughput is the data set's file bytes over the wall time, for both.
+Rounds interleave the readers and alternate which of reader and sequential read goes first;
+the share printed is the median over rounds of (sequential time / reader time), so drift
+on a shared machine hits both sides alike (min-max: its range over rounds). CPU ms: the
+process's CPU time per epoch (median), which other load on the machine disturbs less than
+wall time. Target: block paths >= 70 % of the sequential read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from hpcbench.core.config import parse_bytes
+from hpcbench.data.generators.images import ImageSpec, make_images
+from hpcbench.data.generators.weather import WeatherSpec, make_weather
+from hpcbench.data.manifest import load_manifest, shard_paths
+from hpcbench.data.page_cache import evict
+from hpcbench.data.readers.hdf5 import HDF5Dataset
+from hpcbench.data.readers.weather import BLOCK_SIZE, READAHEAD, WeatherDataset
+from hpcbench.data.writers import convert
+
+SHARE_TARGET = 0.70
+CACHES = ("cold", "warm")
+
+
+@dataclass
+class Subject:
+    """One reader configuration over one data set."""
+
+    data: str
+    path: str
+    files: list[Path]
+    open: Callable[[], object]
+    expected: int
+    block: bool
+    """A block-read path (the target applies to it)."""
+
+
+def sequential_read(paths: list[Path], chunk: int = 8 << 20) -> int:
+    """Read ``paths`` in order, one stream of ``chunk``-sized ``readinto`` calls; returns the bytes read."""
+    buf = bytearray(chunk)
+    total = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                total += n
+    return total
+
+
+def prepare_cache(paths: list[Path], cache: str) -> str:
+    """Put ``paths`` in the page-cache state ``cache``; returns what was done (eviction's note)."""
+    if cache == "cold":
+        return evict(paths).describe()
+    sequential_read(paths)
+    return "warm"
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds of this process, result) of ``fn()``."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def reader_epoch(subject: Subject, epoch: int) -> tuple[float, float, int]:
+    """One epoch of the subject's reader: (wall s, CPU s, reads); every sample exactly once."""
+    ds = subject.open()
+    ds.set_epoch(epoch)
+    wall, cpu, seen = timed(lambda: [item["index"] for item in ds])
+    if sorted(seen) != list(range(subject.expected)):
+        raise SystemExit(f"{subject.data} {subject.path}: the epoch lost or repeated samples")
+    return wall, cpu, ds.reads
+
+
+def prepare(root: Path, args: argparse.Namespace) -> tuple[Path, Path]:
+    """The weather data set and the image HDF5 shards (reused when ``--root`` already holds them)."""
+    weather, files, hdf5 = root / "weather", root / "images-files", root / "images-hdf5"
+    spec = WeatherSpec(steps=args.steps, steps_per_shard=args.steps_per_shard)
+    try:
+        reuse = load_manifest(weather)[0].params == asdict(spec)
+    except Exception:  # noqa: BLE001 - anything unusable is simply regenerated
+        reuse = False
+    if not reuse:
+        make_weather(weather, spec, command="hpcbench.bench.hdf5_reads")
+    try:
+        reuse = load_manifest(hdf5)[0].samples == args.images
+    except Exception:  # noqa: BLE001
+        reuse = False
+    if not reuse:
+        make_images(files, ImageSpec(args.images, 10))
+        convert(files, hdf5, "hdf5", shard_bytes=parse_bytes(args.shard_size))
+    return weather, hdf5
+
+
+def subjects(weather_dir: Path, hdf5: Path, block_sizes: list[int]) -> list[Subject]:
+    """The reader paths: weather blocks (direct, HDF5) and per pair, images blocks and per sample."""
+    w_files = shard_paths(*load_manifest(weather_dir))
+    i_files = shard_paths(*load_manifest(hdf5))
+    pairs = WeatherDataset(weather_dir, verify="size").pairs
+    images = load_manifest(hdf5)[0].samples
+
+    def image_reader(block_bytes: int) -> Callable[[], HDF5Dataset]:
+        def make() -> HDF5Dataset:
+            ds = HDF5Dataset(hdf5, decode=False, verify="size", seed=0)
+            ds.block_bytes = block_bytes
+            return ds
+        return make
+
+    def weather(block: int, direct: bool, ahead: int, target: bool = True) -> Subject:
+        name = f"block {block}, {'direct' if direct else 'HDF5 call'}, {ahead} ahead"
+        return Subject("weather", name, w_files, lambda: WeatherDataset(
+            weather_dir, verify="size", seed=0, block_size=block, direct=direct, readahead=ahead), pairs, target)
+
+    # Every block size with the reader's defaults, then the default size without each of its parts.
+    variants = [weather(b, True, READAHEAD) for b in block_sizes]
+    variants += [weather(BLOCK_SIZE, True, 0), weather(BLOCK_SIZE, False, READAHEAD), weather(BLOCK_SIZE, False, 0)]
+    return [
+        *variants,
+        Subject("weather", "per pair, HDF5 call (naive)", w_files, lambda: WeatherDataset(
+            weather_dir, verify="size", seed=0, block_size=1, direct=False, readahead=0), pairs, False),
+        Subject("images", f"block (<= {HDF5Dataset.block_bytes >> 20} MiB/read)", i_files,
+                image_reader(HDF5Dataset.block_bytes), images, True),
+        Subject("images", "per sample (before)", i_files, image_reader(0), images, False),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=384, help="weather time steps (8 x 121 x 240 float32: 0.93 MB each)")
+    ap.add_argument("--steps-per-shard", type=int, default=32)
+    ap.add_argument("--block-sizes", default=f"8,{BLOCK_SIZE},32", help="weather pairs per read, compared")
+    ap.add_argument("--images", type=int, default=2000, help="JPEGs of ~110 KB in the image HDF5 shards")
+    ap.add_argument("--shard-size", default="32M")
+    ap.add_argument("--cache", default=",".join(CACHES), help=f"page-cache states, subset of {list(CACHES)}")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
+    ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
+                                                 "./results, removed afterwards); kept and reused when given")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = ap.parse_args(argv)
+    caches = [c.strip() for c in args.cache.split(",") if c.strip()]
+    if unknown := set(caches) - set(CACHES):
+        raise SystemExit(f"--cache: unknown {sorted(unknown)}; allowed: {list(CACHES)}")
+
+    if args.root:
+        root = Path(args.root)
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        Path("results").mkdir(exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix="bench-hdf5-reads-", dir="results"))
+    try:
+        weather, hdf5 = prepare(root, args)
+        runs = subjects(weather, hdf5, [int(b) for b in args.block_sizes.split(",")])
+        rows: list[dict] = []
+        notes: set[str] = set()
+        for cache in caches:
+            times: dict[int, dict[str, list[float]]] = {
+                k: {"reader": [], "seq": [], "share": [], "reader_cpu": [], "seq_cpu": []} for k in range(len(runs))}
+            reads: dict[int, int] = {}
+            for rnd in range(args.rounds):
+                order = list(range(len(runs))) if rnd % 2 == 0 else list(range(len(runs)))[::-1]
+                for k in order:
+                    s = runs[k]
+                    pair: dict[str, float] = {}
+                    # Alternate which goes first, so neither always follows the other's pages.
+                    for side in (("reader", "seq") if rnd % 2 == 0 else ("seq", "reader")):
+                        notes.add(prepare_cache(s.files, cache).split(":")[0])
+                        if side == "seq":
+                            pair["seq"], pair["seq_cpu"], _ = timed(lambda: sequential_read(s.files))
+                        else:
+                            pair["reader"], pair["reader_cpu"], reads[k] = reader_epoch(s, epoch=rnd)
+                    for key, value in pair.items():
+                        times[k][key].append(value)
+                    times[k]["share"].append(pair["seq"] / pair["reader"])
+            for k, s in enumerate(runs):
+                nbytes = sum(p.stat().st_size for p in s.files)
+                t = times[k]
+                rows.append({"cache": cache, "data": s.data, "path": s.path, "block": s.block,
+                             "samples": s.expected, "bytes": nbytes, "reads": reads[k],
+                             "reader_MB_per_s": nbytes / statistics.median(t["reader"]) / 1e6,
+                             "sequential_MB_per_s": nbytes / statistics.median(t["seq"]) / 1e6,
+                             "share": statistics.median(t["share"]), "shares": t["share"],
+                             "reader_cpu_s": statistics.median(t["reader_cpu"]),
+                             "sequential_cpu_s": statistics.median(t["seq_cpu"])})
+        print(f"\nweather: {args.steps} steps of 8x121x240 float32 in shards of {args.steps_per_shard}; images: "
+              f"{args.images} JPEGs in {args.shard_size} HDF5 shards; one process, no DataLoader, shuffled, "
+              f"verify=size; page cache: {', '.join(sorted(notes))}; median of {args.rounds} rounds\n")
+        print(f"{'cache':5s} {'data':8s} {'reader path':32s} {'samples':>7s} {'reads':>6s} {'reader MB/s':>11s} "
+              f"{'seq MB/s':>9s} {'share':>6s} {'min-max':>11s} {'CPU ms':>7s} {'seq CPU':>7s}")
+        for r in rows:
+            print(f"{r['cache']:5s} {r['data']:8s} {r['path']:32s} {r['samples']:7d} {r['reads']:6d} "
+                  f"{r['reader_MB_per_s']:11.0f} {r['sequential_MB_per_s']:9.0f} {r['share']:6.0%} "
+                  f"{min(r['shares']):5.0%}-{max(r['shares']):<5.0%} {r['reader_cpu_s'] * 1e3:7.0f} "
+                  f"{r['sequential_cpu_s'] * 1e3:7.0f}")
+        print()
+        for r in rows:
+            if r["block"]:
+                verdict = "MET" if r["share"] >= SHARE_TARGET else "MISSED"
+                print(f"target ({r['cache']} cache, {r['data']} {r['path']}): {r['share']:.0%} of the plain "
+                      f"sequential read (target >= {SHARE_TARGET:.0%}: {verdict})")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
+    finally:
+        if not args.root:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
