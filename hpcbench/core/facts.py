@@ -41,6 +41,7 @@ GUIDE_C2_GAIN = 2.20                       # "+220 %" per-GPU throughput, i.e. 3
 GUIDE_C2_BATCH_FACTOR = 4                  # "batch > 4x the cloud batch"
 GUIDE_C4_IDLE = 0.65                       # "GPUs idle 65 % of the time"
 GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES = 2, 4 << 20
+GUIDE_C9_MICRO_STEPS = 4                   # "4 micro-steps" under no_sync(), then one synchronisation
 GUIDE_C10_NCCL_SETTINGS = {"NCCL_ALGO": "Tree", "NCCL_NSOCKS_PERTHREAD": "4",
                            "NCCL_SOCKET_NTHREADS": "8", "NCCL_BUFFSIZE": "4194304"}
 GUIDE_C11_FULL_EVERY_S = 3600              # "full training state every hour"
