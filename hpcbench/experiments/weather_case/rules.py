@@ -1,0 +1,123 @@
+"""Verdict rule of ``weather_case``: C7, the tuning case "3.2x faster" (guide section 3).
+
+Written from the claim's words before any value was looked at.
+
+**The claim.** "Topology-aware communication, gradient compression and compute/communication
+overlap made a weather-forecast model's training step 3.2x faster": original 420 ms/step (61 %
+GPU utilisation) -> after communication tuning 310 ms (75 %) -> full optimisation 132 ms (92 %).
+
+**The comparisons** (paired per launch: every stage runs in the same launch on the same model,
+data and ranks, interleaved step by step; the value is the geometric mean over launches of
+median(original) / median(stage) of the time per micro-step, with its 95 % two-level bootstrap
+interval, the two levels Holm-corrected):
+
+* level 1 — ``original / comm_tuned`` against the guide's 420 / 310 = 1.35x;
+* level 2 — ``original / full`` against the guide's 420 / 132 = 3.18x (the guide rounds to 3.2x).
+
+Time per micro-step = optimizer step time / k (k = 4 micro-steps under no_sync in ``full``, 1 in
+the others): an optimizer step of ``full`` covers 4 micro-batches, so the ratio compares time per
+sample, as "the step got faster" must when one stage's step holds four times the samples.
+
+**The bands, fixed in advance** (ReFrame's ``(value, lower, upper)``): lower = 1 + 0.8 x the guide's
+gain — 1.28x for level 1, 2.75x for level 2 — and no upper bound. The same standard as C2 and C3
+(:data:`hpcbench.report.verdict.GAIN_SHARE`): a gain of at least 80 % of the claimed one supports
+the claim; "faster than the guide" is no failure of "made it faster". Why not 0.8 x the ratio: for
+level 1 that is 1.08x, so 23 % of the claimed gain would count as reproducing it. Both levels must
+be reproduced for C7 to be; either one not reproduced makes C7 not reproduced; a level with no
+counted launch leaves C7 inconclusive.
+
+**What counts.** A stage whose loss check failed (final loss more than 5 % from ``original``'s
+after the same samples from the same seed: compression and accumulation must not change what is
+learned) or whose ranks ended with different parameters is dropped and named; fewer than 5
+launches of 10 steps -> inconclusive (n = ...).
+
+**Applicability, from recorded facts**, asked before any value is read:
+:func:`~hpcbench.report.rulekit.slow_link_problem` — the techniques spare an inter-node link, so
+the claim applies only where one exists (the emulated cluster's shaped link, or real nodes).
+
+**What this scale model does not share with the guide's platform**, stated in every verdict the
+same way whatever the values: the ranks' compute (CPU cores here when no GPU is recorded, against
+A100s), the inter-node link (the recorded ``fact.link_rate_bps`` against HDR InfiniBand's 200 Gb/s
+per NIC, :data:`hpcbench.core.facts.LINK_PEAKS_GBPS`) and the transport (the workers' recorded
+backend against NCCL). The share of a step that communication takes — the room any of the three
+techniques has — follows from the ratio of link bandwidth to compute speed, so it differs too; the
+report shows this model's busy share beside the guide's utilisation.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from hpcbench.core.facts import GUIDE_C7_SPEEDUP, GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, LINK_PEAKS_GBPS
+from hpcbench.experiments.weather_case.stages import BASELINE
+from hpcbench.guide.claims import Claim
+from hpcbench.report.ledger import Evidence, Judgement
+from hpcbench.report.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.report.verdict import INCONCLUSIVE, NOT_REPRODUCED, gain_reference
+
+_ORIGINAL, _COMM, _FULL = GUIDE_C7_STEP_MS
+#: The guide's fabric, the link its figures were measured over (C16).
+GUIDE_LINK = "HDR InfiniBand (200 Gb/s)"
+
+#: The two levels, fixed in advance: original's time per micro-step over the stage's, each against its band.
+LEVELS = (
+    Comparison(label=f"level 1: {BASELINE} / comm_tuned", numerator={"stage": BASELINE},
+               denominator={"stage": "comm_tuned"},
+               reference=gain_reference(_ORIGINAL / _COMM, f"the guide: {_ORIGINAL} -> {_COMM} ms/step")),
+    Comparison(label=f"level 2: {BASELINE} / full", numerator={"stage": BASELINE}, denominator={"stage": "full"},
+               reference=gain_reference(_ORIGINAL / _FULL, f"the guide: {_ORIGINAL} -> {_FULL} ms/step "
+                                                           f"('{GUIDE_C7_SPEEDUP}x faster')")),
+)
+
+
+def _values(launches: pd.DataFrame, column: str) -> list:
+    if column not in launches.columns or not len(launches):
+        return []
+    return sorted({v for v in launches[column] if v is not None and not (isinstance(v, float) and pd.isna(v))},
+                  key=str)
+
+
+def platform_differences(launches: pd.DataFrame) -> str:
+    """One sentence: how the launches' recorded platform differs from the guide's, whatever the values."""
+    guide_gbit = LINK_PEAKS_GBPS[GUIDE_LINK] * 8
+    gpus = _values(launches, "gpus")
+    compute = ("ranks computed on CPU cores (no GPU recorded) against the guide's A100s"
+               if not gpus or max(float(g) for g in gpus) == 0 else
+               f"{', '.join(f'{g:g}' for g in gpus)} GPU(s) per node recorded (the guide: 8 x A100)")
+    rates = _values(launches, "link_rate_bps")
+    if rates:
+        link = "; ".join(f"inter-node link shaped to {r / 1e6:g} Mbit/s, 1/{guide_gbit * 1e9 / r:,.0f} of the "
+                         f"guide's {guide_gbit:.0f} Gb/s HDR per NIC" for r in rates)
+    else:
+        link = f"no shaped link rate recorded (the guide: {guide_gbit:.0f} Gb/s HDR per NIC)"
+    backends = _values(launches, "backend")
+    transport = (f"transport {', '.join(map(str, backends))} against the guide's NCCL" if backends
+                 else "transport not recorded (the guide: NCCL)")
+    return (f"This scale model differs from the guide's platform in: {compute}; {link}; {transport}. The share of a "
+            f"step communication takes, which bounds what the three techniques can save, follows from the ratio "
+            f"of link bandwidth to compute speed, so it differs too (busy share of {BASELINE} here against the "
+            f"guide's {GUIDE_C7_UTIL[0]:.0%} utilisation, shown in the report).")
+
+
+def rule_c7(claim: Claim, evidence: Evidence) -> Judgement:
+    """C7: time per micro-step of original over comm_tuned (level 1) and over full (level 2), paired per launch."""
+    what = (f"Paired per launch: median time per micro-step (optimizer step / k) of {BASELINE} over comm_tuned "
+            f"(level 1, reference >= {LEVELS[0].reference.lower:.2f}x: 80 % of the guide's gain to "
+            f"{_ORIGINAL / _COMM:.2f}x) and over full (level 2, >= {LEVELS[1].reference.lower:.2f}x: 80 % of the "
+            f"gain to {_ORIGINAL / _FULL:.2f}x); stages whose loss check failed do not count; applies only where "
+            f"an inter-node link is slower than the intra-node one. "
+            + platform_differences(evidence.launches))
+    judgement = judge_comparisons(evidence, LEVELS, applies=slow_link_problem, what=what,
+                                  ignore_params=("stages",))
+    missing = [c.label for c in LEVELS if not any(label.startswith(c.label) for label in judgement.labels)]
+    if not missing or not judgement.labels:
+        return judgement
+    # judge_comparisons judges what was measured; C7 needs both levels, so a level that no counted
+    # launch measured (its stage not run, or dropped by its loss check) leaves the claim open.
+    verdict = judgement.verdict if judgement.verdict in (NOT_REPRODUCED, INCONCLUSIVE) else INCONCLUSIVE
+    note = (f" {' and '.join(missing)} measured in no counted launch (stage not run, or dropped by its loss "
+            f"or rank check), so C7 cannot be reproduced on the other level alone.")
+    return Judgement(verdict, judgement.measured, judgement.detail + note, judgement.outcomes, judgement.labels)
+
+
+RULES = {"C7": rule_c7}

@@ -1,0 +1,105 @@
+"""weather_case for real: its notebook under papermill on 4 gloo ranks (2 emulated nodes x 2), weather_tiny, the
+generated HDF5 set read with WeatherDataset; and the data preparation in the driver."""
+
+import json
+
+import nbformat
+import pytest
+
+from conftest import execute_notebook
+from hpcbench.core.errors import ConfigError
+from hpcbench.dist.topology import Topology
+from hpcbench.experiments.weather_case.config import WeatherCaseConfig
+from hpcbench.experiments.weather_case.stages import STAGE_NAMES
+from hpcbench.experiments.weather_case.summary import summarize
+from hpcbench.experiments.weather_case.worker import EVAL_SAMPLES, load_pairs, prepare_data
+from hpcbench.models import MODELS
+from hpcbench.models.weather_presets import WEATHER_PRESETS, parameter_count
+
+TINY = {"nodes": 2, "ranks_per_node": 2, "model": "weather_tiny", "micro_batch": 2, "micro_steps": 4,
+        "loss_samples": 8, "warmup_steps": 0, "steps": 2}
+
+
+@pytest.fixture(scope="module")
+def notebook_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("weather_case")
+    records, out_dir = execute_notebook("weather_case", tmp, **TINY)
+    nb = nbformat.read(tmp / "weather_case.ipynb", as_version=4)
+    text = "".join(o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", ""))
+                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    return records, out_dir, text, images
+
+
+def test_every_stage_was_timed_on_the_generated_hdf5_set(notebook_run):
+    records, out_dir, text, images = notebook_run
+    summary = summarize(records)
+    assert list(summary["stage"]) == list(STAGE_NAMES)
+    assert (summary["steps"] == TINY["steps"]).all() and (summary["micro_step_p50_ms"] > 0).all()
+    assert ((summary["busy_share_p50"] > 0) & (summary["busy_share_p50"] < 2)).all()
+    assert dict(zip(summary["stage"], summary["micro_steps"])) == {
+        "original": 1, "comm_tuned": 1, "full": 4, "hierarchical_only": 1, "quant2bit_only": 1, "no_sync_only": 4}
+    # the data set was made in the task's folder and read in blocks by every rank
+    manifest = json.loads((out_dir / "data" / "manifest.json").read_text())
+    assert manifest["format"] == "weather_hdf5" and manifest["params"]["lat"] == WEATHER_PRESETS["tiny"].lat
+    data = records[records["metric"] == "data"]["text"].iloc[0]
+    assert "weather HDF5 set" in data and f"{TINY['loss_samples'] + EVAL_SAMPLES} per rank read in blocks" in data
+    # the records keep the task's own parameters (data="" for a generated set), so launches stay comparable
+    assert json.loads(records["params"].iloc[0])["data"] == ""
+    assert images >= 1 and "guide step (ms)" in text
+
+
+def test_the_hooks_counted_every_gradient_byte_and_the_stages_bytes_follow(notebook_run):
+    records, *_ = notebook_run
+    s = summarize(records).set_index("stage")
+    grads = 4 * parameter_count(WEATHER_PRESETS["tiny"])
+    assert (s["sync_bytes"] == grads).all(), s["sync_bytes"]
+    across = s["bytes_across_nodes"]
+    assert across["original"] == pytest.approx(1.5 * grads)            # ring of 4 ranks: 2 (N-1)/N S per node
+    assert across["comm_tuned"] == across["hierarchical_only"] == pytest.approx(grads)  # 2 (M-1)/M S, M = 2
+    assert across["no_sync_only"] == pytest.approx(1.5 * grads / 4)   # one synchronisation per 4 micro-steps
+    # 2-bit codes are 1/16 of fp32; the scales, the padding, the plain layer norms and (flat) the
+    # all-to-all's off-node share 2/3 of sends against the ring's one edge add the rest
+    assert 1 / 16 < across["quant2bit_only"] / across["original"] < 1 / 10
+    assert 1 / 16 < across["full"] * 4 / across["comm_tuned"] < 1 / 10
+    assert (s.loc[["full", "quant2bit_only"], "wire_ratio"] < 0.07).all()
+
+
+def test_loss_check_ran_on_every_stage_and_exact_reductions_learned_the_same(notebook_run):
+    records, *_ = notebook_run
+    s = summarize(records).set_index("stage")
+    assert s["ranks_agree"].all()
+    assert (s["loss_final"] < s["loss_initial"]).all()  # every stage learned something
+    # the hierarchical reduction sums the same gradients in another order: the same training
+    assert s.loc["comm_tuned", "loss_vs_original"] == pytest.approx(1.0, abs=1e-4)
+    assert s.loc["hierarchical_only", "loss_vs_original"] == pytest.approx(1.0, abs=1e-4)
+    assert s["loss_ok"].notna().all()
+    assert ((s["loss_ok"] == s["ok"]) | ~s["ranks_agree"]).all()
+
+
+def test_notebook_prints_the_check_and_an_inconclusive_verdict_on_one_loopback(notebook_run):
+    _, _, text, _ = notebook_run
+    assert "PASS" in text or "FAIL" in text
+    assert "C7: inconclusive" in text and "not applicable: ran on emulated nodes, one loopback" in text
+
+
+# -- the data, prepared in the driver --------------------------------------------------------------------
+
+def test_prepare_data_generates_once_and_the_reader_checks_the_grid(tmp_path):
+    cfg = WeatherCaseConfig.from_dict({**TINY, "loss_samples": 16})
+    folder = prepare_data(cfg, tmp_path)
+    manifest = tmp_path / "data" / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    assert folder == str(tmp_path / "data") and prepare_data(cfg, tmp_path) == folder
+    assert manifest.stat().st_mtime_ns == stamp  # the same parameters: reused, not made again
+    ranks_cfg = WeatherCaseConfig.from_dict({**TINY, "data": folder})
+    x, y, about = load_pairs(ranks_cfg, MODELS.get("weather_tiny"), Topology(nodes=1, ranks_per_node=1), 40)
+    assert tuple(x.shape) == (40, 8, 32, 64) == tuple(y.shape) and "2 epoch(s)" not in about
+    assert not (x == y).all()  # targets are the next step, not the input
+    wrong = WeatherCaseConfig.from_dict({**TINY, "data": folder, "model": "weather_small"})
+    with pytest.raises(ConfigError) as exc:
+        load_pairs(wrong, MODELS.get("weather_small"), Topology(nodes=1, ranks_per_node=1), 4)
+    assert exc.value.field == "data" and "(8, 32, 64)" in str(exc.value) and "(8, 121, 240)" in str(exc.value)
+    assert prepare_data(WeatherCaseConfig.from_dict({**TINY, "data_source": "synthetic"}), tmp_path) is None
+    with pytest.raises(ConfigError, match="no manifest.json"):
+        prepare_data(WeatherCaseConfig.from_dict({**TINY, "data": str(tmp_path / "nowhere")}), tmp_path)
