@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from hpcbench.cluster import network
 from hpcbench.core.results import find_record_files, read_records
 from hpcbench.run.runner import run_suite
 from hpcbench.run.suite import parse_suite
@@ -74,14 +74,6 @@ def report(table: pd.DataFrame, link: str) -> str:
     return "\n".join(lines)
 
 
-def _other_clusters() -> list[str]:
-    try:
-        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.split()[0] for line in out.splitlines() if line.startswith("hpcb-")]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--link-rate", default="1gbit")
@@ -107,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             info = load_cluster(args.state)
             print(f"using the cluster already up in {args.state}")
         except ClusterError:
-            others = _other_clusters()
+            others = network.list_netns()
             if others and not args.force:
                 print(f"refusing to bring up a cluster: namespaces {others} belong to another one (someone's "
                       f"tests?); bringing one up would tear it down. Pass --force, or --state of that cluster.",

@@ -1,0 +1,66 @@
+"""Experiment ``gradient_compression``: 2-bit gradients in 4 MB buckets against float32, fp16, bf16, PowerSGD (C8)."""
+
+from hpcbench.core.units import approx_bytes
+from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
+                                  distributed_resources, register)
+from hpcbench.experiments.gradient_compression.config import CompressionConfig
+from hpcbench.experiments.gradient_compression.present import present_compression
+from hpcbench.experiments.gradient_compression.rules import RULES
+from hpcbench.experiments.gradient_compression.summary import summarize
+from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
+
+#: float32 copies of the parameters per series alive at once: weights, gradients, DDP's buckets,
+#: and the hook's own (quant2bit's worker + server residuals, PowerSGD's error dict), + momentum.
+SERIES_COPIES = 4
+#: Besides the series: the base model, and in the gradient check a local copy with its gradients.
+OTHER_COPIES = 3
+#: Steps outside the timed loop per series: the held-out loss and the gradient check (its local copy too).
+CHECK_STEPS = 3
+
+
+def estimate(cfg: CompressionConfig) -> Estimate:
+    """The largest model's parameters for every series of one mode alive at once, plus one batch.
+
+    Alive at once (worker.run_worker): per (model, mode), the no-op run and every series, each
+    with weights, gradients, DDP buckets and the hook's state (+ momentum); the base model and
+    the gradient check's local copy. Time: every series' warm-up, timed and check steps.
+    """
+    gpu = cfg.backend == "nccl"
+    speed = GPU_SPEED if gpu else CPU_SPEED
+    ranks = cfg.nodes * cfg.ranks_per_node
+    series = len(cfg.series()) + 1
+    copies = OTHER_COPIES + series * (SERIES_COPIES + (1 if cfg.momentum else 0))
+    shape = {"samples": cfg.batch_size, "image_size": cfg.image_size, "seq_len": cfg.seq_len}
+    steps_per_model = len(cfg.modes) * series * (cfg.warmup_steps + cfg.steps + CHECK_STEPS)
+    peak, seconds, unknown = 0, TASK_STARTUP_S, []
+    for name in cfg.models:
+        need = training_memory(name, state_copies=copies, **shape)
+        step = training_step_seconds(name, ranks=ranks, speed=speed, **shape)
+        if need is None or step is None:
+            unknown.append(name)
+            continue
+        peak = max(peak, need)
+        seconds += steps_per_model * step
+    basis = (f"{copies} float32 copies of the largest model's parameters ({series} series incl. the no-op run) + 2x "
+             f"its layer outputs for a batch of {cfg.batch_size}: {approx_bytes(peak)} per rank "
+             f"{'on the GPU' if gpu else 'in host memory'}, + {approx_bytes(RANK_BYTES)} per rank process + "
+             f"{approx_bytes(TASK_BASE_BYTES)} per task")
+    if unknown:
+        basis += f"; no footprint for {', '.join(unknown)}: not counted"
+    return Estimate(memory_per_rank=RANK_BYTES + (0 if gpu else peak), ranks=ranks,
+                    seconds=None if unknown else seconds,
+                    device_memory_per_rank=peak if gpu else 0, basis=basis)
+
+
+SPEC = register(Experiment(
+    name="gradient_compression",
+    notebook="04_gradient_compression.ipynb",
+    config=CompressionConfig,
+    description="gradient compression (none, fp16, bf16, PowerSGD, 2-bit with and without error feedback): bytes "
+                "on the wire, communication time, samples/s, loss after the same samples, gradient error",
+    summarize=summarize,
+    rules=RULES,
+    present=present_compression,
+    resources=distributed_resources,
+    estimate=estimate,
+))

@@ -1,0 +1,379 @@
+"""The ``gradient_compression`` experiment on one rank (T-case: C8).
+
+:func:`run_worker`: per model and mode, every series (the compressions of
+:mod:`hpcbench.parallel.compression`, and quant2bit without error feedback) trains a copy of
+the same model from the same seed on the same batches, all series interleaved step by step
+with a step under a no-op comm hook (communication time = t(series) - t(no-op)). Per timed
+step: the step time, the throughput and the bytes this rank sent (compressed and plain part
+apart, from the hook's :class:`~hpcbench.parallel.compression.WireStats`). After training:
+
+* ``params_agree``: every rank holds bit-identical parameters (a compression that let them
+  drift would train N different models);
+* ``final_loss``: the loss on a held-out batch after (warmup + steps) x batch x world samples;
+* ``grad_rel_err``: one more step's averaged gradients against the exact float32 average,
+  ``||g - g_exact|| / ||g_exact||`` (with the residuals of the training in place);
+* ``skip_exact`` (quant2bit): the skipped (layer-norm) gradients of that step are bit-identical
+  to a plain reduction of the same values (the mode's: all-reduce, or the two-level one);
+* ``codec_time`` (quant2bit): quantise, encode, decode and re-quantise of one step's compressed
+  elements without any collective, i.e. what the exchange costs besides the wire.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hpcbench.core.errors import ConfigError
+from hpcbench.core.results import RecordWriter
+from hpcbench.dist.topology import Topology
+from hpcbench.experiments.gradient_compression.config import BASELINE, NO_FEEDBACK, TECHNIQUE, CompressionConfig
+from hpcbench.models import MODELS, ModelSpec
+from hpcbench.parallel.compression import (COMPRESSIONS, allreduce_bytes_sent, apply_compression, decode_message,
+                                           encode_message, is_skipped, quantize_with_feedback)
+from hpcbench.parallel.hooks import BucketLog, HierarchicalState, hierarchical_allreduce_, padded_length
+from hpcbench.parallel.modes import parallelize
+
+#: Distinct training batches per rank, cycled: enough that the loss is not one batch memorised.
+TRAIN_BATCHES = 8
+#: Seed offsets: the held-out batch is the same on every rank; the check batch is each rank's own.
+HELD_OUT_SEED, CHECK_SEED = 7_777_777, 5_555_555
+#: Repetitions of the codec timing (median kept).
+CODEC_REPEATS = 5
+#: WireStats counters turned into per-step records (name in the records, counter).
+COUNTERS = (("compressed", "compressed_bytes", "fp32_bytes"), ("plain", "plain_bytes", "fp32_plain_bytes"))
+
+
+@dataclass
+class Series:
+    """One way of training the same model, alive for one (model, mode)."""
+
+    name: str
+    model: Any
+    optimizer: Any
+    state: Any = None
+    """the compression hook's state (its ``stats``), None for the no-op run and hierarchical ``none``"""
+    bucket_log: BucketLog | None = None
+    times: list[float] = field(default_factory=list)
+    bytes: list[dict[str, float]] = field(default_factory=list)
+    """per timed step: WireStats counters' increase"""
+
+
+def _snapshot(series: Series) -> dict[str, float]:
+    stats = getattr(series.state, "stats", None)
+    if stats is None:
+        return {}
+    d = stats.as_dict()
+    return {k: float(d[k]) for k in ("compressed_bytes", "plain_bytes", "fp32_bytes", "fp32_plain_bytes",
+                                     "intra_node_bytes", "compressed_elements", "plain_elements")}
+
+
+def _timed_step(series: Series, spec: ModelSpec, batch: tuple[Any, Any], sync: Callable[[], None]) -> float:
+    x, y = batch
+    sync()
+    t0 = time.perf_counter()
+    loss = spec.loss(series.model(x), y)
+    loss.backward()
+    series.optimizer.step()
+    series.optimizer.zero_grad(set_to_none=True)
+    sync()
+    return time.perf_counter() - t0
+
+
+def _flat(tensors: list[Any]) -> Any:
+    import torch
+
+    return torch.cat([t.detach().reshape(-1).float() for t in tensors])
+
+
+def params_max_diff(module: Any) -> float:
+    """Largest difference of any parameter between ranks (0.0 when all ranks hold the same bits)."""
+    import torch.distributed as dist
+
+    flat = _flat(list(module.parameters()))
+    high, low = flat.clone(), flat.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    return float((high - low).max()) if flat.numel() else 0.0
+
+
+def _grads_by_name(module: Any) -> dict[str, Any]:
+    import torch
+
+    return {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+            for n, p in module.named_parameters()}
+
+
+def gradient_check(series: Series, spec: ModelSpec, batch: tuple[Any, Any], *, hier: HierarchicalState | None,
+                   skip: tuple[str, ...]) -> tuple[float, bool | None]:
+    """One step's averaged gradients against the exact float32 average, and the skipped ones' bits.
+
+    Returns:
+        (relative error ``||g - exact|| / ||exact||``, skipped gradients bit-identical to a plain
+        reduction of the same values; None for series that skip nothing on purpose).
+    """
+    import torch
+    import torch.distributed as dist
+
+    x, y = batch
+    world = dist.get_world_size()
+    local = copy.deepcopy(series.model.module)
+    local.zero_grad(set_to_none=True)
+    spec.loss(local(x), y).backward()
+    local_grads = _grads_by_name(local)
+    names = list(local_grads)
+    exact = _flat([local_grads[n] for n in names])
+    dist.all_reduce(exact)
+    exact /= world
+    series.model.zero_grad(set_to_none=True)
+    spec.loss(series.model(x), y).backward()
+    got_by_name = _grads_by_name(series.model.module)
+    got = _flat([got_by_name[n] for n in names])
+    rel = float((got - exact).norm() / exact.norm()) if float(exact.norm()) > 0 else float("nan")
+    skip_exact = None
+    state = series.state
+    if state is not None and hasattr(state, "layouts"):
+        # The hook gathers the skipped gradients of each bucket in bucket order, divides by the world,
+        # then reduces them as the mode does: the same on the local gradients must give the same bits.
+        name_of = {id(p): n for n, p in series.model.module.named_parameters()}
+        same = True
+        for index in sorted(state.layouts):
+            ids = state.layouts[index][0]
+            mine = [name_of[i] for i in ids if is_skipped(state.param_names[i][0], skip, state.param_names[i][1])]
+            if not mine:
+                continue
+            want = _flat([local_grads[n] for n in mine]).div_(world)
+            if hier is None:
+                dist.all_reduce(want)
+            else:
+                hierarchical_allreduce_(want, hier)
+            same = same and bool(torch.equal(_flat([got_by_name[n] for n in mine]), want))
+        flag = torch.tensor([1.0 if same else 0.0], device=exact.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        skip_exact = bool(flag.item() == 1.0)
+    series.model.zero_grad(set_to_none=True)
+    return rel, skip_exact
+
+
+def codec_seconds(elements: int, world: int, chunk_size: int, *, device: Any, sync: Callable[[], None],
+                  repeats: int = CODEC_REPEATS) -> float:
+    """Seconds of the 2-bit exchange's own arithmetic for ``elements`` values over ``world`` ranks, no wire.
+
+    One step's compressed elements are timed as one vector; DDP hands them over in buckets of
+    ``bucket_cap_mb``, and every stage is linear in the elements, so the sum is about the same.
+
+    The same steps as :func:`hpcbench.parallel.compression.compressed_allreduce` around its two
+    collectives: quantise the world's parts with feedback, encode, decode what the all-to-all
+    would deliver (world rows) and sum, re-quantise the owned part with feedback, encode, decode
+    the all-gathered rows. Median of ``repeats``.
+    """
+    import torch
+
+    if elements <= 0:
+        return 0.0
+    part = padded_length(-(-elements // world), 4)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(world, part, generator=gen).to(device)
+    residual = torch.zeros_like(x)
+    server = torch.zeros(1, part, device=device)
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        codes, scales, residual = quantize_with_feedback(x, residual, chunk_size)
+        mine = decode_message(encode_message(codes, scales), part, chunk_size).sum(0)
+        s_codes, s_scales, server = quantize_with_feedback(mine.unsqueeze(0), server, chunk_size)
+        gathered = encode_message(s_codes, s_scales).expand(world, -1).contiguous()
+        decode_message(gathered, part, chunk_size)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def hierarchical_plain_bytes(bucket_bytes: list[int], topo: Topology) -> float:
+    """Inter-node bytes one rank sends per step in the two-level float32 reduction of these buckets.
+
+    The mode's own hook counts nothing, so the count is its data flow's: each rank all-reduces
+    its shard (``ceil(elements / ranks_per_node)``, padded) among the ``nodes`` ranks of equal local
+    rank, a ring all-reduce of ``4 x shard`` bytes (see :mod:`hpcbench.parallel.hooks`).
+    """
+    per = topo.ranks_per_node
+    return sum(allreduce_bytes_sent(4 * padded_length(b // 4, per) // per, topo.nodes) for b in bucket_bytes)
+
+
+def _build(cfg: CompressionConfig, name: str, base: Any, mode: str, topo: Topology, device: Any,
+           hier: HierarchicalState | None) -> Series:
+    """The series ``name`` on a fresh copy of ``base``; raises ConfigError where it cannot run with ``mode``."""
+    import torch
+
+    compression, options = cfg.options_for(name)
+    common = dict(bucket_cap_mb=cfg.bucket_cap_mb, device=device, state=hier)
+    if name == BASELINE:
+        model = parallelize(copy.deepcopy(base), mode, topo, **common)
+        # parallelize(compression="none") keeps DDP's own sums and counts nothing; PyTorch's
+        # allreduce_hook (the same sums) counted on the flat mode's model gives the baseline's bytes.
+        state = apply_compression(model, BASELINE) if mode == "ddp" else None
+    else:
+        model = parallelize(copy.deepcopy(base), mode, topo, compression=compression, compression_options=options,
+                            **common)
+        state = model.compression_state
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    return Series(name, model, opt, state)
+
+
+def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> None:
+    """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
+    import torch
+    import torch.distributed as dist
+
+    from hpcbench.dist.worker import progress, rank_setup
+
+    rank = rank_setup(cfg, topo)
+    device, sync, lead = rank.device, rank.sync, rank.lead
+    world = topo.world_size
+    if lead:
+        writer.add("topology", None, "", text=topo.describe(),
+                   labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
+    hier = HierarchicalState.from_topology(topo) if "hierarchical" in cfg.modes else None
+    skip = tuple(cfg.skip)
+
+    for model_name in cfg.models:
+        spec = MODELS.get(model_name)
+        torch.manual_seed(cfg.seed)
+        base = spec.build().to(device)
+        shape = dict(image_size=cfg.image_size, seq_len=cfg.seq_len)
+        batches = [spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed * 100003 + topo.rank * 1009 + k,
+                                        **shape) for k in range(TRAIN_BATCHES)]
+        held_out = spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed + HELD_OUT_SEED, **shape)
+        check_batch = spec.synthetic_batch(cfg.batch_size, device=device,
+                                           seed=cfg.seed + CHECK_SEED + topo.rank, **shape)
+        items = cfg.batch_size * spec.items_per_sample(seq_len=cfg.seq_len)
+        samples_trained = (cfg.warmup_steps + cfg.steps) * cfg.batch_size * world
+        if lead:
+            skipped = []
+            for mod_name, mod in base.named_modules():
+                for p_name, _ in mod.named_parameters(recurse=False):
+                    full = f"{mod_name}.{p_name}" if mod_name else p_name
+                    if is_skipped(full, skip, type(mod).__name__):
+                        skipped.append(full)
+            writer.add("skipped_params", len(skipped), "", labels={"model": model_name},
+                       text=", ".join(skipped) or "none: the skip list matches no parameter of the model")
+        for mode in cfg.modes:
+            base_labels = {"model": model_name, "mode": mode, "device": device.type, "emulated": topo.emulated,
+                           "nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node}
+            log = BucketLog()
+            quiet = parallelize(copy.deepcopy(base), mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device,
+                                state=hier, comm="noop", bucket_log=log)
+            noop = Series("noop", quiet, torch.optim.SGD(quiet.parameters(), lr=cfg.lr, momentum=cfg.momentum),
+                          bucket_log=log)
+            runs = [noop]
+            for name in cfg.series():
+                try:
+                    runs.append(_build(cfg, name, base, mode, topo, device, hier))
+                except ConfigError as exc:
+                    if exc.field != "hierarchical":
+                        raise
+                    if lead:  # fp16 / bf16 / powersgd have no two-level composition: said, never a number
+                        labels = {**base_labels, "compression": name}
+                        for metric, unit in (("throughput", spec.throughput_unit), ("step_time", "s"),
+                                             ("wire_bytes", "B"), ("final_loss", "")):
+                            writer.add(metric, None, unit, labels=labels, text=f"not applicable: {exc}")
+                    progress(f"{model_name} / {mode} / {name}: not applicable")
+
+            for i in range(cfg.warmup_steps + cfg.steps):
+                batch = batches[i % len(batches)]
+                for s in runs:  # interleaved: every series sees the same machine state
+                    dist.barrier()
+                    before = _snapshot(s)
+                    t = _timed_step(s, spec, batch, sync)
+                    if i >= cfg.warmup_steps:
+                        s.times.append(t)
+                        after = _snapshot(s)
+                        s.bytes.append({k: after[k] - before[k] for k in after})
+            # A step lasts as long as its slowest rank: one reduction after the loop.
+            flat = torch.tensor([t for s in runs for t in s.times], dtype=torch.float64, device=device)
+            dist.all_reduce(flat, op=dist.ReduceOp.MAX)
+            flat = flat.cpu()
+            slow = {s.name: flat[j * cfg.steps:(j + 1) * cfg.steps].tolist() for j, s in enumerate(runs)}
+            layout = log.layout()
+
+            checks = {}
+            for s in runs[1:]:
+                diff = params_max_diff(s.model.module)
+                with torch.no_grad():
+                    loss = float(spec.loss(s.model.module(held_out[0]), held_out[1]))
+                rel, skip_exact = gradient_check(s, spec, check_batch, hier=hier if mode == "hierarchical" else None,
+                                                 skip=skip)
+                codec = None
+                if s.name in (TECHNIQUE, NO_FEEDBACK) and s.bytes:
+                    # the elements this rank's exchanges took per step (two-level: its shard, among the nodes)
+                    per_step = statistics.median(b["compressed_elements"] for b in s.bytes)
+                    group = topo.nodes if mode == "hierarchical" else world
+                    codec = codec_seconds(int(per_step), group, cfg.chunk_size, device=device, sync=sync)
+                checks[s.name] = (diff, loss, rel, skip_exact, codec)
+            progress(f"{model_name} / {mode}: " + ", ".join(
+                f"{s.name} {sorted(slow[s.name])[len(slow[s.name]) // 2] * 1e3:.1f} ms" for s in runs))
+            if lead:
+                _write(writer, cfg, spec, topo, base_labels, runs, slow, checks, layout, items, samples_trained)
+            del runs, noop, quiet
+        del base
+
+
+def _write(writer: RecordWriter, cfg: CompressionConfig, spec: ModelSpec, topo: Topology, base_labels: dict,
+           runs: list[Series], slow: dict[str, list[float]], checks: dict, layout: list[int], items: int,
+           samples_trained: int) -> None:
+    """The lead rank's records of one (model, mode): per step, then once per series."""
+    world = topo.world_size
+    noop_labels = {**base_labels, "compression": "noop"}
+    if layout:
+        writer.add("bucket_count", len(layout), "", labels=noop_labels,
+                   text="bucket bytes in reduction order: " + ",".join(map(str, layout)))
+    for step, t in enumerate(slow["noop"]):
+        writer.add("step_time", t, "s", step=step, labels=noop_labels)
+    hier_plain = (hierarchical_plain_bytes(layout, topo)
+                  if base_labels["mode"] == "hierarchical" and topo.nodes > 1 else None)
+    for s in runs[1:]:
+        labels = {**base_labels, "compression": s.name}
+        compression, _ = cfg.options_for(s.name)
+        bits = COMPRESSIONS.get(compression).wire_bits
+        if bits is not None:
+            writer.add("wire_bits", bits, "bit", labels=labels,
+                       text=COMPRESSIONS.get(compression).wire_dtype)
+        for step, t in enumerate(slow[s.name]):
+            writer.add("step_time", t, "s", step=step, labels=labels)
+            writer.add("throughput", world * items / t, spec.throughput_unit, step=step, labels=labels)
+            writer.add("comm_time", t - slow["noop"][step], "s", step=step, labels=labels)
+            counted = s.bytes[step] if s.bytes else {}
+            if counted:
+                for part, sent, fp32 in COUNTERS:
+                    writer.add("wire_bytes", counted[sent], "B", step=step, labels={**labels, "part": part})
+                    writer.add("fp32_bytes", counted[fp32], "B", step=step, labels={**labels, "part": part})
+                if counted["fp32_bytes"] > 0:
+                    writer.add("wire_ratio", counted["compressed_bytes"] / counted["fp32_bytes"], "fraction",
+                               step=step, labels=labels)
+                if counted["intra_node_bytes"]:
+                    writer.add("intra_node_bytes", counted["intra_node_bytes"], "B", step=step, labels=labels)
+                if step == 0:
+                    writer.add("compressed_elements", counted["compressed_elements"], "", labels=labels)
+                    writer.add("plain_elements", counted["plain_elements"], "", labels=labels)
+            elif hier_plain is not None:
+                why = "computed from the bucket layout: the two-level hook counts nothing"
+                for part, value in (("compressed", 0.0), ("plain", hier_plain)):
+                    writer.add("wire_bytes", value, "B", step=step, labels={**labels, "part": part}, text=why)
+                    writer.add("fp32_bytes", value, "B", step=step, labels={**labels, "part": part}, text=why)
+        diff, loss, rel, skip_exact, codec = checks[s.name]
+        writer.add("params_max_diff", diff, "", labels=labels)
+        writer.add("params_agree", 1.0 if diff == 0.0 else 0.0, "bool", labels=labels,
+                   text="every rank's parameters bit-identical after training")
+        writer.add("final_loss", loss, "", labels=labels,
+                   text=f"held-out batch after {samples_trained} samples ({cfg.warmup_steps + cfg.steps} steps)")
+        writer.add("grad_rel_err", rel, "fraction", labels=labels,
+                   text="||g - exact fp32 average|| / ||exact||, one step after training")
+        if skip_exact is not None:
+            writer.add("skip_exact", 1.0 if skip_exact else 0.0, "bool", labels=labels,
+                       text="skipped gradients bit-identical to a plain reduction of the same values")
+        if codec is not None:
+            writer.add("codec_time", codec, "s", labels=labels,
+                       text="quantise + encode + decode of one step's compressed elements, no collective")
