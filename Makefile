@@ -56,6 +56,8 @@ bench: setup
 bench-cluster: setup
 	$(PY) -m hpcbench.bench.slurm_cluster --link-rate 1gbit
 	$(PY) -m hpcbench.bench.comm_modes --link-rate 1gbit
+	$(PY) -m hpcbench.bench.compression --link-rate 200mbit
+	$(PY) -m hpcbench.bench.weather_case --link-rate 100mbit
 
 # One GPU, a few minutes: training throughput + MFU, the CUDA prefetcher, NCCL at world size 1,
 # CUDA memory as records. Exit 1 if a check failed; without a GPU it says so and exits 0.

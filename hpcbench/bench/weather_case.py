@@ -1,0 +1,137 @@
+"""The weather case's full stack against its original on a slow shaped link, beside what the bytes predict.
+
+Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
+already up in ``--state``, and takes it down afterwards unless ``--keep``):
+
+    python -m hpcbench.bench.weather_case [--link-rate 100mbit] [--model weather_tiny] [--steps 10]
+
+One ``weather_case`` task, 2 nodes x 2 ranks, runs every stage of the ablation (original,
+comm_tuned, full and each technique alone) through the SLURM backend, all interleaved step by step
+with their no-op-hook twins in one job. The link rate is chosen so that communication is at least
+half of the original's step (its busy share <= 0.5): the regime the guide's tuning case is about.
+
+Prediction per stage, from the byte counts alone: time per micro-step = the stage's own compute
+(its no-op twin, per micro-step) + the bytes that leave one node per micro-step over the shaped
+link rate, with nothing overlapped. Measured below the prediction means overlap hid some of the
+transfer; above it means costs the bytes do not show (the 2-bit codec's CPU time, latency, gloo).
+Target: full / original >= 2x where the original's communication share is >= 50 %.
+
+``--local`` runs the same task with the local backend on emulated nodes (every byte on one
+loopback, no shaped link): a check of the pieces, not of the prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from hpcbench.cluster import network
+from hpcbench.core.results import find_record_files, read_records
+from hpcbench.run.runner import run_suite
+from hpcbench.run.suite import parse_suite
+
+TARGET_SPEEDUP = 2.0
+#: The original's communication share (1 - busy share) the target needs.
+MIN_COMM_SHARE = 0.5
+
+
+def bench_suite(model: str, steps: int, micro_batch: int) -> dict:
+    """The one-task suite: every stage of the ablation, 2 nodes x 2 ranks, synthetic data (no I/O in the step)."""
+    return {"name": "bench-weather-case", "tasks": [{"experiment": "weather_case", "variants": {"ablation": {
+        "nodes": 2, "ranks_per_node": 2, "backend": "gloo", "model": model, "micro_batch": micro_batch,
+        "data_source": "synthetic", "warmup_steps": 2, "steps": steps}}}]}
+
+
+def compare(records: pd.DataFrame, link_bps: float | None) -> pd.DataFrame:
+    """Per stage: measured and predicted time per micro-step (ms), busy share, bytes across nodes."""
+    from hpcbench.experiments.weather_case.summary import summarize
+
+    s = summarize(records)
+    compute_ms = s["noop_step_p50_ms"] / s["micro_steps"].astype(float)
+    wire_ms = s["bytes_across_nodes"] * 8 / link_bps * 1e3 if link_bps else float("nan")
+    out = pd.DataFrame({"stage": s["stage"], "micro_step_ms": s["micro_step_p50_ms"], "compute_ms": compute_ms,
+                        "bytes_across_nodes": s["bytes_across_nodes"], "predicted_ms": compute_ms + wire_ms,
+                        "busy_share": s["busy_share_p50"], "speedup": s["speedup_vs_original"],
+                        "loss_vs_original": s["loss_vs_original"], "ok": s["ok"]})
+    base = out[out["stage"] == "original"]["predicted_ms"]
+    out["predicted_speedup"] = float(base.iloc[0]) / out["predicted_ms"] if len(base) else float("nan")
+    return out.set_index("stage")
+
+
+def report(table: pd.DataFrame, link: str) -> str:
+    original, full = table.loc["original"], table.loc["full"]
+    share = 1.0 - float(original["busy_share"])
+    speedup = float(full["speedup"])
+    regime = "met" if share >= MIN_COMM_SHARE else f"NOT met: lower --link-rate so that it reaches {MIN_COMM_SHARE:.0%}"
+    lines = [table.to_string(float_format=lambda v: f"{v:.4g}"), "",
+             f"inter-node link: {link}",
+             f"original's communication share (1 - busy share): {share:.0%} (needs >= {MIN_COMM_SHARE:.0%}: {regime})",
+             f"full / original, time per micro-step: {speedup:.2f}x (target >= {TARGET_SPEEDUP:.1f}x: "
+             f"{'met' if speedup >= TARGET_SPEEDUP else 'NOT met'}); the bytes predict "
+             f"{float(full['predicted_speedup']):.2f}x",
+             "predicted = own compute (no-op twin) + bytes across nodes / link rate, nothing overlapped"]
+    failed = [str(i) for i, ok in table["ok"].items() if ok is False]
+    if failed:
+        lines.append(f"stages whose checks failed (do not count): {', '.join(failed)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--link-rate", default="100mbit")
+    ap.add_argument("--model", default="weather_tiny", help="a weather model (weather_tiny: 1.5 MB of gradients)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--state", default="/tmp/hpcbench-bench-cluster")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    ap.add_argument("--local", action="store_true", help="local backend, emulated nodes, no shaped link")
+    ap.add_argument("--force", action="store_true",
+                    help="bring a cluster up even when hpcb-* namespaces of another cluster exist (tears it down)")
+    args = ap.parse_args(argv)
+    suite = parse_suite(bench_suite(args.model, args.steps, args.micro_batch))
+    out = Path(tempfile.mkdtemp(prefix="hpcbench-bench-weather-case-"))
+    started, link_bps = False, None
+    if args.local:
+        backend, link = "local", "none (local backend: emulated nodes share one loopback)"
+    else:
+        from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
+        from hpcbench.cluster.emulated import ClusterError
+
+        try:
+            info = load_cluster(args.state)
+            print(f"using the cluster already up in {args.state}")
+        except ClusterError:
+            others = network.list_netns()
+            if others and not args.force:
+                print(f"refusing to bring up a cluster: namespaces {others} belong to another one (someone's "
+                      f"tests?); bringing one up would tear it down. Pass --force, or --state of that cluster.",
+                      file=sys.stderr)
+                return 2
+            info = cluster_up(ClusterSpec(nodes=2, link_rate=args.link_rate, link_delay="0ms",
+                                          state_dir=args.state))
+            started = True
+        os.environ.update(info.env())
+        backend, link = "slurm", f"{info.spec.link_rate} shaped with tc on both ends of each node's veth"
+        link_bps = info.spec.link_rate_bits
+    try:
+        # --local puts 4 ranks on this machine's cores: a functional check, whose timings mean little
+        (status,) = run_suite(suite, out / "run", backend=backend, progress=False, oversubscribe=args.local)
+    finally:
+        if started and not args.keep:
+            cluster_down(args.state)
+    if status.state != "done":
+        print(f"weather_case task failed: {status.error}", file=sys.stderr)
+        return 1
+    records = pd.concat([read_records(p) for p in find_record_files(out / "run" / "tasks")], ignore_index=True)
+    print(report(compare(records, link_bps), link))
+    print(f"records: {out / 'run'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
