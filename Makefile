@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 test: setup
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra --durations=15 tests
 
 demo: setup
 	@$(VENV)/bin/hpcbench suite demo --run-dir $(DEMO_RUN); status=$$?; \
