@@ -2,7 +2,7 @@
 tiny size, the config's refusals, the estimate and the presenter.
 
 Its rule is tested from recorded records in tests/experiments/test_overlap.py; the library's invariants in
-tests/test_overlap.py."""
+tests/test_overlap_accumulation.py."""
 
 from __future__ import annotations
 
