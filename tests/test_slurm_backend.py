@@ -186,10 +186,12 @@ def test_parameter_values_reach_the_job_unchanged(slurm_env, tmp_path):
 
 
 def test_demo_node_local_tasks_as_one_array_job_with_per_node_rows(slurm_env, tmp_path):
-    # The demo's node-local tasks (its multi-node ones are covered above and by test_demo):
-    # they become ONE array job whose elements land on both nodes.
+    # The demo's node-local inventory and collectives tasks (its multi-node ones are covered above,
+    # and io_formats, the slowest, by test_demo): they become ONE array job whose elements land on
+    # both nodes.
     demo = load_suite("demo")
-    local_tasks = [t for t in demo.tasks if t.params.get("nodes", 1) == 1]
+    local_tasks = [t for t in demo.tasks if t.params.get("nodes", 1) == 1
+                   and t.experiment in ("environment", "collectives")]
     suite = Suite(demo.name, demo.description, local_tasks, demo.source, demo.oversubscribe)
     run_dir = tmp_path / "run"
     statuses = run_suite(suite, run_dir, backend="slurm", progress=False)
