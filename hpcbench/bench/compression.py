@@ -28,17 +28,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.cluster import network
-from hpcbench.core.results import find_record_files, read_records
-from hpcbench.run.runner import run_suite
-from hpcbench.run.suite import parse_suite
+from hpcbench.bench.cluster_task import add_cluster_arguments, run_bench_task
 
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
@@ -127,7 +121,6 @@ def report(table: pd.DataFrame, link: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--link-rate", default="200mbit")
     ap.add_argument("--model", default="weather_small",
                     help="a model of hpcbench.models (weather_small: 3.5 M parameters, 14 MB of gradients)")
     ap.add_argument("--steps", type=int, default=12,
@@ -135,50 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--compressions", default=",".join(COMPRESSIONS),
                     help="comma-separated; must include none (the baseline)")
-    ap.add_argument("--state", default="/tmp/hpcbench-bench-cluster")
-    ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
-    ap.add_argument("--local", action="store_true", help="local backend, emulated nodes, no shaped link")
-    ap.add_argument("--force", action="store_true",
-                    help="bring a cluster up even when hpcb-* namespaces of another cluster exist (tears it down)")
+    add_cluster_arguments(ap, link_rate="200mbit")
     args = ap.parse_args(argv)
-    suite = parse_suite(bench_suite(args.model, args.steps, args.batch_size, args.compressions.split(",")))
-    out = Path(tempfile.mkdtemp(prefix="hpcbench-bench-compression-"))
-    started = False
-    if args.local:
-        backend, link, rate = "local", "none (local backend: emulated nodes share one loopback)", None
-    else:
-        from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
-        from hpcbench.cluster.emulated import ClusterError
-        from hpcbench.cluster.network import parse_rate
-
-        try:
-            info = load_cluster(args.state)
-            print(f"using the cluster already up in {args.state}")
-        except ClusterError:
-            others = network.list_netns()
-            if others and not args.force:
-                print(f"refusing to bring up a cluster: namespaces {others} belong to another one (someone's "
-                      f"tests?); bringing one up would tear it down. Pass --force, or --state of that cluster.",
-                      file=sys.stderr)
-                return 2
-            info = cluster_up(ClusterSpec(nodes=NODES, link_rate=args.link_rate, link_delay="0ms",
-                                          state_dir=args.state))
-            started = True
-        os.environ.update(info.env())
-        backend, link = "slurm", f"{info.spec.link_rate} shaped with tc on both ends of each node's veth"
-        rate = parse_rate(info.spec.link_rate)
-    try:
-        # --local puts 4 ranks on one machine, however few its cores: a check of the pieces, whose timings mean little
-        (status,) = run_suite(suite, out / "run", backend=backend, progress=False, oversubscribe=args.local)
-    finally:
-        if started and not args.keep:
-            cluster_down(args.state)
-    if status.state != "done":
-        print(f"compression task failed: {status.error}", file=sys.stderr)
+    suite = bench_suite(args.model, args.steps, args.batch_size, args.compressions.split(","))
+    run = run_bench_task(suite, args, prefix="hpcbench-bench-compression-", nodes=NODES)
+    if isinstance(run, int):
+        return run
+    if not run.ok:
+        print(f"compression task failed: {run.error}", file=sys.stderr)
         return 1
-    records = pd.concat([read_records(p) for p in find_record_files(out / "run" / "tasks")], ignore_index=True)
-    print(report(compare(records, rate), link))
-    print(f"records: {out / 'run'}")
+    print(report(compare(run.records, run.link_bps), run.link))
+    print(f"records: {run.run_dir}")
     return 0
 
 

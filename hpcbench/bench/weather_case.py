@@ -23,17 +23,11 @@ loopback, no shaped link): a check of the pieces, not of the prediction.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.cluster import network
-from hpcbench.core.results import find_record_files, read_records
-from hpcbench.run.runner import run_suite
-from hpcbench.run.suite import parse_suite
+from hpcbench.bench.cluster_task import add_cluster_arguments, run_bench_task
 
 TARGET_SPEEDUP = 2.0
 #: The original's communication share (1 - busy share) the target needs.
@@ -83,53 +77,20 @@ def report(table: pd.DataFrame, link: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--link-rate", default="100mbit")
     ap.add_argument("--model", default="weather_tiny", help="a weather model (weather_tiny: 1.5 MB of gradients)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--micro-batch", type=int, default=4)
-    ap.add_argument("--state", default="/tmp/hpcbench-bench-cluster")
-    ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
-    ap.add_argument("--local", action="store_true", help="local backend, emulated nodes, no shaped link")
-    ap.add_argument("--force", action="store_true",
-                    help="bring a cluster up even when hpcb-* namespaces of another cluster exist (tears it down)")
+    add_cluster_arguments(ap, link_rate="100mbit")
     args = ap.parse_args(argv)
-    suite = parse_suite(bench_suite(args.model, args.steps, args.micro_batch))
-    out = Path(tempfile.mkdtemp(prefix="hpcbench-bench-weather-case-"))
-    started, link_bps = False, None
-    if args.local:
-        backend, link = "local", "none (local backend: emulated nodes share one loopback)"
-    else:
-        from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
-        from hpcbench.cluster.emulated import ClusterError
-
-        try:
-            info = load_cluster(args.state)
-            print(f"using the cluster already up in {args.state}")
-        except ClusterError:
-            others = network.list_netns()
-            if others and not args.force:
-                print(f"refusing to bring up a cluster: namespaces {others} belong to another one (someone's "
-                      f"tests?); bringing one up would tear it down. Pass --force, or --state of that cluster.",
-                      file=sys.stderr)
-                return 2
-            info = cluster_up(ClusterSpec(nodes=2, link_rate=args.link_rate, link_delay="0ms",
-                                          state_dir=args.state))
-            started = True
-        os.environ.update(info.env())
-        backend, link = "slurm", f"{info.spec.link_rate} shaped with tc on both ends of each node's veth"
-        link_bps = info.spec.link_rate_bits
-    try:
-        # --local puts 4 ranks on this machine's cores: a functional check, whose timings mean little
-        (status,) = run_suite(suite, out / "run", backend=backend, progress=False, oversubscribe=args.local)
-    finally:
-        if started and not args.keep:
-            cluster_down(args.state)
-    if status.state != "done":
-        print(f"weather_case task failed: {status.error}", file=sys.stderr)
+    run = run_bench_task(bench_suite(args.model, args.steps, args.micro_batch), args,
+                         prefix="hpcbench-bench-weather-case-")
+    if isinstance(run, int):
+        return run
+    if not run.ok:
+        print(f"weather_case task failed: {run.error}", file=sys.stderr)
         return 1
-    records = pd.concat([read_records(p) for p in find_record_files(out / "run" / "tasks")], ignore_index=True)
-    print(report(compare(records, link_bps), link))
-    print(f"records: {out / 'run'}")
+    print(report(compare(run.records, run.link_bps), run.link))
+    print(f"records: {run.run_dir}")
     return 0
 
 

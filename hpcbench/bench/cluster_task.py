@@ -1,0 +1,100 @@
+"""One suite task of a benchmark on the emulated cluster (or, with ``--local``, on emulated nodes here).
+
+The cluster benchmarks (:mod:`~hpcbench.bench.comm_modes`, :mod:`~hpcbench.bench.compression`,
+:mod:`~hpcbench.bench.weather_case`) share how they get a cluster and run their one task:
+
+* a cluster already up in ``--state`` is used as it is (and left up);
+* otherwise one is brought up with the benchmark's link rate and taken down afterwards (unless
+  ``--keep``), but never while another cluster's ``hpcb-*`` namespaces exist: bringing one up
+  would tear that one down (someone's tests), so it refuses unless ``--force``;
+* ``--local`` runs the task with the local backend on emulated nodes (one loopback, no shaped
+  link, the ranks oversubscribing this machine's cores): a check of the pieces, not a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from hpcbench.cluster import network
+from hpcbench.core.results import find_record_files, read_records
+from hpcbench.run.runner import run_suite
+from hpcbench.run.suite import parse_suite
+
+DEFAULT_STATE = "/tmp/hpcbench-bench-cluster"
+
+
+def add_cluster_arguments(ap: argparse.ArgumentParser, *, link_rate: str) -> None:
+    """``--link-rate``, ``--state``, ``--keep``, ``--local`` and ``--force``, with ``link_rate`` as default."""
+    ap.add_argument("--link-rate", default=link_rate, help="tc rate of each node's link (a new cluster only)")
+    ap.add_argument("--state", default=DEFAULT_STATE, help="the cluster's state folder (one up there is used)")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    ap.add_argument("--local", action="store_true", help="local backend, emulated nodes, no shaped link")
+    ap.add_argument("--force", action="store_true",
+                    help="bring a cluster up even when hpcb-* namespaces of another cluster exist (tears it down)")
+
+
+@dataclass
+class BenchRun:
+    """What :func:`run_bench_task` returns."""
+
+    ok: bool
+    error: str | None
+    records: pd.DataFrame | None
+    link: str
+    """the link, in words, for the printed report"""
+    link_bps: float | None
+    """the shaped rate in bits per second (None with ``--local``)"""
+    run_dir: Path
+
+
+def run_bench_task(suite: dict, args: argparse.Namespace, *, prefix: str, nodes: int = 2) -> BenchRun | int:
+    """Run ``suite`` (one task) on the cluster ``args`` name; exit code 2 when refusing to bring one up.
+
+    Args:
+        suite: the suite as a dict (:func:`~hpcbench.run.suite.parse_suite` reads it).
+        args: parsed :func:`add_cluster_arguments` options.
+        prefix: name prefix of the temporary run folder.
+        nodes: nodes of a cluster brought up here.
+    """
+    out = Path(tempfile.mkdtemp(prefix=prefix))
+    started, link_bps = False, None
+    if args.local:
+        backend, link = "local", "none (local backend: emulated nodes share one loopback)"
+    else:
+        from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
+        from hpcbench.cluster.emulated import ClusterError
+
+        try:
+            info = load_cluster(args.state)
+            print(f"using the cluster already up in {args.state}")
+        except ClusterError:
+            others = network.list_netns()
+            if others and not args.force:
+                print(f"refusing to bring up a cluster: namespaces {others} belong to another one (someone's "
+                      f"tests?); bringing one up would tear it down. Pass --force, or --state of that cluster.",
+                      file=sys.stderr)
+                return 2
+            info = cluster_up(ClusterSpec(nodes=nodes, link_rate=args.link_rate, link_delay="0ms",
+                                          state_dir=args.state))
+            started = True
+        os.environ.update(info.env())
+        backend, link = "slurm", f"{info.spec.link_rate} shaped with tc on both ends of each node's veth"
+        link_bps = info.spec.link_rate_bits
+    try:
+        # --local puts every rank on this machine's cores: a check of the pieces, whose timings mean little
+        (status,) = run_suite(parse_suite(suite), out / "run", backend=backend, progress=False,
+                              oversubscribe=args.local)
+    finally:
+        if started and not args.keep:
+            cluster_down(args.state)
+    if status.state != "done":
+        return BenchRun(False, status.error, None, link, link_bps, out / "run")
+    records = pd.concat([read_records(p) for p in find_record_files(out / "run" / "tasks")], ignore_index=True)
+    return BenchRun(True, None, records, link, link_bps, out / "run")
