@@ -523,19 +523,24 @@ def _run_child(code: str, env: dict[str, str], timeout_s: float) -> subprocess.C
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
-def check_nccl_world1(ctx: CheckContext) -> CheckResult:
+def _world1_child(worker: str, ctx: CheckContext) -> dict:
+    """Run ``worker(backend)`` of this module in a fresh process joining a world of 1; its result line."""
     import torch.distributed as dist
 
     if ctx.backend == "nccl" and not dist.is_nccl_available():
         raise SkipCheck("this torch build has no NCCL")
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
                LOCAL_RANK="0")
-    code = f"from hpcbench.bench.gpu_check import nccl_world1_worker; nccl_world1_worker({ctx.backend!r})"
+    code = f"from hpcbench.bench.gpu_check import {worker}; {worker}({ctx.backend!r})"
     done = _run_child(code, env, NCCL_WORLD1_TIMEOUT_S)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
     if done.returncode != 0 or not lines:
         raise AssertionError(f"child exited with {done.returncode}; output:\n{done.stdout[-3000:]}")
-    result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    return json.loads(lines[-1][len(RESULT_PREFIX):])
+
+
+def check_nccl_world1(ctx: CheckContext) -> CheckResult:
+    result = _world1_child("nccl_world1_worker", ctx)
     wrong = [op for op, ok in result["checks"].items() if not ok]
     what = f"NCCL {result['nccl_version']}" if result["nccl_version"] else ctx.backend
     key = f"{what}, {len(result['checks']) - len(wrong)}/{len(result['checks'])} ops correct"
@@ -633,18 +638,7 @@ def hooks_world1_worker(backend: str) -> None:
 
 
 def check_hooks_world1(ctx: CheckContext) -> CheckResult:
-    import torch.distributed as dist
-
-    if ctx.backend == "nccl" and not dist.is_nccl_available():
-        raise SkipCheck("this torch build has no NCCL")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
-               LOCAL_RANK="0")
-    code = f"from hpcbench.bench.gpu_check import hooks_world1_worker; hooks_world1_worker({ctx.backend!r})"
-    done = _run_child(code, env, NCCL_WORLD1_TIMEOUT_S)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
-    if done.returncode != 0 or not lines:
-        raise AssertionError(f"child exited with {done.returncode}; output:\n{done.stdout[-3000:]}")
-    checks = json.loads(lines[-1][len(RESULT_PREFIX):])["checks"]
+    checks = _world1_child("hooks_world1_worker", ctx)["checks"]
     wrong = [name for name, ok in checks.items() if not ok]
     key = f"{ctx.backend}, {len(checks) - len(wrong)}/{len(checks)} hook checks correct"
     return CheckResult("", "fail" if wrong else "pass", key,
