@@ -25,14 +25,29 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
 from hpcbench.core.errors import CheckpointError
-from hpcbench.fault.checkpoint import CheckpointManager, SavedCheckpoint
 
-__all__ = ["AsyncCheckpointer", "snapshot_to_cpu"]
+
+class CheckpointWriter(Protocol):
+    """What the background writer needs of :class:`hpcbench.fault.checkpoint.CheckpointManager`.
+
+    A protocol, not an import: the manager itself makes an :class:`AsyncCheckpointer` for its
+    asynchronous light saves, so importing it here would make the two modules import each other.
+    """
+
+    root: Path
+
+    def save(self, tier: str, step: int, state: dict, *, mark: bool = True) -> Any: ...
+
+    def mark_saved(self, tier: str) -> None: ...
+
+
+__all__ = ["AsyncCheckpointer", "CheckpointWriter", "snapshot_to_cpu"]
 
 
 def snapshot_to_cpu(state: Any) -> Any:
@@ -81,10 +96,10 @@ class AsyncCheckpointer:
         last: what the last finished background write saved.
     """
 
-    def __init__(self, manager: CheckpointManager):
+    def __init__(self, manager: CheckpointWriter):
         self.manager = manager
         self.stall_seconds = 0.0
-        self.last: SavedCheckpoint | None = None
+        self.last: Any = None  # the manager's SavedCheckpoint
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._what = ""
@@ -107,7 +122,7 @@ class AsyncCheckpointer:
         self._thread.start()
         self.stall_seconds = time.perf_counter() - t0
 
-    def wait(self) -> SavedCheckpoint | None:
+    def wait(self) -> Any:
         """Wait for the write in flight; re-raise its error. Returns the last finished write."""
         self._join()
         self._raise_pending()
