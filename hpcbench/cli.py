@@ -9,6 +9,7 @@
     hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
     hpcbench publish REPORT_DIR --to SITE_DIR      copy a report into a site, rewrite the site's index
     hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
+    hpcbench affinity [--ranks-per-node N] [--root DIR] [--show table|srun|numactl|env|sbatch]
 
 Exit codes: 0 success, 1 some task failed, 2 bad input (the message names it),
 130 / 143 / 138 stopped by SIGINT / SIGTERM / SIGUSR1 (every process of the run ended; resume continues).
@@ -224,6 +225,31 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_affinity(args: argparse.Namespace) -> int:
+    from hpcbench import affinity
+
+    topo = affinity.read_topology(args.root)
+    plan = affinity.plan_binding(topo, args.ranks_per_node, use_smt=args.use_smt,
+                                 loader_workers_per_rank=args.loader_workers)
+    print(f"# {topo.describe()}")
+    if args.show == "sbatch":
+        print(affinity.sbatch_script(plan, nodes=args.nodes, command=args.command))
+    elif args.show == "srun":
+        print(" ".join(["srun", *affinity.srun_args(plan), args.command]))
+    else:
+        for b in plan.bindings:
+            if args.show == "numactl":
+                print(" ".join([*affinity.numactl_argv(b, topo), args.command]))
+            elif args.show == "env":
+                print(" ".join(f"{k}={v}" for k, v in affinity.rank_env(b).items()))
+        if args.show == "table":
+            for row in affinity.plan_table(plan):
+                print("  ".join(f"{k}={v}" for k, v in row.items()))
+        for note in plan.notes:
+            print(f"note: {note}")
+    return 0
+
+
 def _positive_int(text: str) -> int:
     """argparse type of counts such as --jobs: 0 or -3 would otherwise pass and mean 'no cap' or 1."""
     try:
@@ -317,6 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus-per-node", type=int, help="CPUs each node declares (default: the host's)")
     p.add_argument("--state", help="state dir: slurm.conf, logs, pid files (default /tmp/hpcbench-cluster)")
     p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("affinity", help="plan each rank's cores, memory node, GPU and NIC on a node; print it "
+                                        "as a table, srun/numactl/env lines or an sbatch script")
+    p.add_argument("--ranks-per-node", type=_positive_int, default=1, metavar="N", help="ranks on the node (default 1)")
+    p.add_argument("--root", default="/", help="read sysfs under this folder (a recorded node; default /)")
+    p.add_argument("--use-smt", action="store_true", help="give ranks every hardware thread of their cores")
+    p.add_argument("--loader-workers", type=_non_negative_int, default=0, metavar="N",
+                   help="DataLoader workers per rank, each on a core of its own (default 0)")
+    p.add_argument("--show", choices=("table", "srun", "numactl", "env", "sbatch"), default="table")
+    p.add_argument("--nodes", type=_positive_int, default=1, help="sbatch: nodes of this kind (default 1)")
+    p.add_argument("--command", default="python train.py", help="what each rank runs (default: python train.py)")
+    p.set_defaults(func=cmd_affinity)
 
     p = sub.add_parser("report", help="aggregate run dirs into one HTML report")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

@@ -165,8 +165,8 @@ def test_nccl_settings_reach_the_workers_and_gloo_says_not_applicable(tmp_path, 
     ctx = RecordContext(experiment="collectives", params=cfg.to_dict())
     res = launch(env_entry, cfg, nodes=1, ranks_per_node=2, context=ctx, out_dir=tmp_path, echo=None)
     df = pd.concat([read_records(p) for p in res.records], ignore_index=True)
-    env = {(r, json.loads(lab)["name"]): t for r, lab, t in zip(df["rank"], df["labels"], df["text"])
-           if lab and "name" in lab and t}
+    rows = df[df["metric"] == "env"]
+    env = {(r, json.loads(lab)["name"]): t for r, lab, t in zip(rows["rank"], rows["labels"], rows["text"])}
     assert env[(0, "NCCL_ALGO")] == env[(1, "NCCL_ALGO")] == "Tree"
     assert env[(1, "NCCL_BUFFSIZE")] == "4194304" and env[(0, "NCCL_SOCKET_NTHREADS")] == "unset"
     na = df[df["metric"] == "nccl_settings"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from hpcbench.core.config import Config
+from hpcbench.dist.binding import bind_mode
 from hpcbench.dist.topology import EMULATED_NODES_ENV
 from hpcbench.core.errors import ConfigError, LaunchError
 from hpcbench.core.registry import Registry
@@ -150,7 +151,7 @@ def choose_launcher(nodes: int, env: dict[str, str]) -> str:
 
 def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
            context: RecordContext, out_dir: str | os.PathLike, tag: str | None = None,
-           backend: str = "auto", timeout_s: float = 1800.0,
+           backend: str = "auto", timeout_s: float = 1800.0, bind: str | None = None,
            echo: Callable[[str], None] | None = print) -> LaunchResult:
     """Run ``entry(config, topology, writer)`` on ``nodes x ranks_per_node`` ranks.
 
@@ -164,6 +165,10 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
         tag: names this launch's files (default: the experiment name).
         backend: ``auto`` (NCCL when every local rank has a GPU, else gloo), ``gloo`` or ``nccl``.
         timeout_s: the whole launch is killed after this many seconds.
+        bind: ``none`` (ranks run where the OS puts them) or ``plan`` (each rank binds to its
+            cores, memory node and GPU from the machine's affinity plan, see
+            :mod:`hpcbench.dist.binding`); default ``$HPCBENCH_BIND``, else ``none``. Either way
+            each rank records the binding it really had.
         echo: where progress lines go (``None`` for silence).
 
     Returns:
@@ -176,6 +181,7 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
         raise ConfigError(f"{backend!r} is not one of {list(BACKENDS)}", field="backend")
     if nodes < 1 or ranks_per_node < 1:
         raise ConfigError("nodes and ranks_per_node must be >= 1", field="nodes")
+    bind = bind_mode(bind)
     out_dir = Path(out_dir)
     tag = tag or context.experiment or "launch"
     records_dir = out_dir / "records"
@@ -190,6 +196,7 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
         "records_dir": str(records_dir.resolve()),
         "tag": tag,
         "backend": backend,
+        "bind": bind,
     }
     spec_path = log_dir / f"{tag}.spec.json"
     spec_path.write_text(json.dumps(spec, indent=2))
@@ -204,7 +211,8 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
     plan = LAUNCHERS.get(how)(nodes=nodes, ranks_per_node=ranks_per_node, spec_path=spec_path.resolve(),
                               tag=tag, env=env)
     if echo:
-        echo(f"launching {tag}: {plan.description}; log: {log_path}")
+        bound = ", ranks bound by the affinity plan" if bind == "plan" else ""
+        echo(f"launching {tag}: {plan.description}{bound}; log: {log_path}")
     cmd, env = plan.cmd, plan.env
     start = time.monotonic()
     with open(log_path, "wb") as log:

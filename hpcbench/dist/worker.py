@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from hpcbench.dist.binding import apply_plan_for_this_rank, record_binding
 from hpcbench.dist.launcher import FAILURE_MARKER, PROGRESS_PREFIX
 from hpcbench.dist.topology import Topology
 from hpcbench.core.results import RecordContext, RecordWriter
@@ -81,10 +82,13 @@ def main(spec_path: str) -> int:
     topo = Topology.from_env()
     writer = None
     try:
+        spec = json.loads(Path(spec_path).read_text())
+        mode = spec.get("bind", "none")
+        # Before torch is imported: its thread pools size themselves from the affinity they start with.
+        planned = apply_plan_for_this_rank() if mode == "plan" else None
         import torch
         import torch.distributed as dist
 
-        spec = json.loads(Path(spec_path).read_text())
         config = _resolve(spec["config_class"]).from_dict(spec["config"])
         entry = _resolve(spec["entry"])
         backend = resolve_backend(spec["backend"], topo.ranks_per_node)
@@ -93,6 +97,7 @@ def main(spec_path: str) -> int:
         path = Path(spec["records_dir"]) / f"{spec['tag']}-rank{topo.rank:05d}.parquet"
         writer = RecordWriter(path, context)
         writer.add("backend", None, "", text=backend)
+        record_binding(writer, mode, planned)
         extra = {}
         if backend == "nccl":
             torch.cuda.set_device(topo.local_rank)
