@@ -51,6 +51,7 @@ bench: setup
 	$(PY) -m hpcbench.bench.io_formats
 	$(PY) -m hpcbench.bench.checkpoint_stall
 	$(PY) -m hpcbench.bench.hdf5_reads
+	$(PY) -m hpcbench.bench.sampler_overhead
 
 # Root, slurm-wlm and munge: these bring up the emulated cluster and take it down again.
 bench-cluster: setup

@@ -214,3 +214,9 @@ def test_launcher_path_on_gloo(tmp_path):
     assert result.result == "pass", result.error
     assert result.key.startswith("8/8 op x size correct, all_reduce 4 MiB p50 ")
     assert (tmp_path / "nccl-launcher" / "logs" / "nccl-launcher.log").exists()
+
+
+def test_nvml_sampler_check_skips_without_cuda(tmp_path):
+    ctx = gc.CheckContext(device=torch.device("cpu"), out_dir=tmp_path)
+    result = gc.run_check(gc.Check("nvml_sampler", gc.check_nvml_sampler), ctx, echo=lambda _: None)
+    assert result.result == "skip" and "NVIDIA GPU" in result.error

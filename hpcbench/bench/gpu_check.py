@@ -19,6 +19,9 @@ The checks, in the order they run (each is independent: one that raises is recor
   :data:`~hpcbench.core.metrics.PEAK_DENSE_BF16_FLOPS`).
 * ``prefetch_cuda``: :class:`~hpcbench.data.prefetch.DevicePrefetcher`'s side-stream path over
   a pinned DataLoader: every batch arrives on the GPU, in order, equal to the CPU batch.
+* ``nvml_sampler``: the monitor's sampler process (:mod:`hpcbench.monitor`) with its NVML source
+  while the GPU runs matmuls: utilisation above 0, and on Hopper the GPM SM activity and
+  occupancy measured in (0, 1] (before Hopper, rows that say why they are not available).
 * ``cuda_memory_records``: the peak CUDA memory of each training check and of the process (with
   a 64 MiB probe alive, so the check stands alone when training failed), with every other
   measured value (per-step times...), written as one records file of the results schema
@@ -756,6 +759,53 @@ def check_memory_records(ctx: CheckContext) -> CheckResult:
                                 "process_max_allocated": alloc, "process_max_reserved": reserved})
 
 
+# -- the monitor's NVML / GPM source --------------------------------------------------------------
+
+#: Compute capability from which NVML's GPM metrics (SM activity, occupancy) exist: Hopper.
+GPM_MIN_CAPABILITY = (9, 0)
+#: Seconds the sampler watches the GPU busy, at SAMPLER_INTERVAL_S: enough ticks for a rate.
+SAMPLER_BUSY_S, SAMPLER_INTERVAL_S = 4.0, 0.5
+
+
+def check_nvml_sampler(ctx: CheckContext) -> CheckResult:
+    """The monitor's sampler process with the NVML source, while this process keeps the GPU busy with
+    matmuls: GPU utilisation must read above 0, and on Hopper or later the GPM SM activity and
+    occupancy must be measured (finite, in [0, 1]); before Hopper their rows must say why not."""
+    import torch
+
+    from hpcbench.core.results import read_records
+    from hpcbench.monitor.sampler import Sampler
+
+    if ctx.device.type != "cuda":
+        raise SkipCheck("the NVML source needs an NVIDIA GPU")
+    path = ctx.out_dir / "records" / "monitor-nvml.parquet"
+    a = torch.randn(8192, 8192, device=ctx.device)
+    with Sampler(path, interval_s=SAMPLER_INTERVAL_S, sources=["nvml"]):
+        end = time.perf_counter() + SAMPLER_BUSY_S
+        while time.perf_counter() < end:
+            a = torch.tanh(a @ a)
+            torch.cuda.synchronize(ctx.device)
+    df = read_records(path)
+    values = {m: df[df["metric"] == m]["value"].dropna() for m in ("gpu_utilization", "sm_activity", "sm_occupancy")}
+    problems = []
+    util = values["gpu_utilization"]
+    if util.empty or util.max() <= 0:
+        problems.append(f"gpu_utilization never above 0 while busy ({len(util)} samples)")
+    hopper = torch.cuda.get_device_capability(ctx.device) >= GPM_MIN_CAPABILITY
+    for metric in ("sm_activity", "sm_occupancy"):
+        got = values[metric]
+        if hopper and (got.empty or not got.between(0, 1).all() or got.max() <= 0):
+            problems.append(f"{metric}: {len(got)} samples in (0, 1] expected from GPM on this Hopper GPU")
+        if not hopper and not df[(df["metric"] == metric) & df["text"].fillna("").str.startswith(
+                "not available")].shape[0]:
+            problems.append(f"{metric}: no 'not available' row before Hopper")
+    sm = values["sm_activity"]
+    key = (f"util max {util.max():.0%}" if not util.empty else "no util") + (
+        f", SM activity max {sm.max():.0%}" if not sm.empty else ", SM activity n/a")
+    return CheckResult("", "fail" if problems else "pass", key, error="; ".join(problems),
+                       details={"records": str(path), "samples": {m: v.tolist() for m, v in values.items()}})
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -776,6 +826,7 @@ CHECKS: tuple[Check, ...] = (
     _training("train_resnet50"),
     _training("train_gpt2_124M"),
     Check("prefetch_cuda", check_prefetch),
+    Check("nvml_sampler", check_nvml_sampler),
     Check("cuda_memory_records", check_memory_records),
 )
 

@@ -47,3 +47,8 @@ GUIDE_C10_NCCL_SETTINGS = {"NCCL_ALGO": "Tree", "NCCL_NSOCKS_PERTHREAD": "4",
 GUIDE_C11_FULL_EVERY_S = 3600              # "full training state every hour"
 GUIDE_C11_LIGHT_EVERY_S = 600              # "a light checkpoint every 10 minutes"
 GUIDE_C15_TRIES = 3                        # srun rerun "up to 3 times": retry from 0 while < 3
+# C6 (SOURCE.md 2.4, "Wrong monitoring metrics"): the guide's four alert thresholds.
+GUIDE_C6_SM_EFFICIENCY_MIN = 0.80          # "GPU SM efficiency (DCGM) > 80 %"
+GUIDE_C6_IB_RETRANS_MAX = 0.001            # "IB retransmission rate (IB counters) < 0.1 %"
+GUIDE_C6_STORAGE_P99_MAX_S = 0.050         # "storage latency P99 (Lustre stats) < 50 ms"
+GUIDE_C6_CACHE_HIT_MIN = 0.90              # "CPU cache hit rate (perf) > 90 %"
