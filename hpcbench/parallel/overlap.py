@@ -20,7 +20,7 @@ Pure functions (:func:`exposed_communication`, :func:`overlapped_share`,
 :func:`summarize_overlap`) do the arithmetic on numbers; the torch adapter
 (:func:`accumulation_step`, :func:`time_bucket_allreduces`, :func:`interleaved_step_times`,
 :func:`measure_overlap`) produces the numbers. :func:`parameter_checksum` and
-:func:`ranks_agree` check the invariant that makes accumulation safe: after every
+:func:`ranks_agree` (from :mod:`hpcbench.diag.divergence`) check the invariant that makes accumulation safe: after every
 synchronisation all ranks hold bit-identical parameters.
 
 Reference: PyTorch DDP ``no_sync`` (``torch/nn/parallel/distributed.py``): gradients
@@ -31,7 +31,6 @@ outside it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import statistics
 import time
@@ -39,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from hpcbench.core.errors import ConfigError
+# The invariants across ranks live with the other divergence checks; re-exported here.
+from hpcbench.diag.divergence import parameter_checksum, ranks_agree
 
 __all__ = ["OverlapConfig", "OverlapMeasurement", "OverlapSummary", "SyncCounter", "accumulation_step",
            "counting_allreduce_hook", "exposed_communication", "interleaved_step_times", "measure_overlap",
@@ -139,35 +140,6 @@ def summarize_overlap(step_times: Sequence[float], noop_step_times: Sequence[flo
     step, noop, alone = (statistics.median(xs) for xs in (step_times, noop_step_times, sync_alone_times))
     exposed, total = exposed_communication(step, noop), alone * syncs
     return OverlapSummary(step, noop, alone, syncs, exposed, total, overlapped_share(exposed, total))
-
-
-# -- invariants across ranks ------------------------------------------------------------------
-
-def parameter_checksum(model: Any) -> str:
-    """SHA-256 of the model's parameter names, shapes, dtypes and bytes (a DDP wrapper is looked through).
-
-    Two ranks with equal checksums hold bit-identical parameters.
-    """
-    import torch
-
-    module = getattr(model, "module", model)
-    digest = hashlib.sha256()
-    for name, p in module.named_parameters():
-        t = p.detach().to("cpu").contiguous().reshape(-1)
-        digest.update(f"{name}:{tuple(p.shape)}:{p.dtype};".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def ranks_agree(model: Any, group: Any = None) -> bool:
-    """True when every rank of ``group`` holds bit-identical parameters (collective: call it on every rank)."""
-    import torch.distributed as dist
-
-    mine = parameter_checksum(model)
-    world = dist.get_world_size(group)
-    everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, mine, group=group)
-    return all(c == mine for c in everyone)
 
 
 # -- synchronisation counting -----------------------------------------------------------------

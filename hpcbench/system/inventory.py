@@ -4,7 +4,8 @@ The guide's reference setting (claim C16) is 8x A100 per node on 200 Gb/s HDR
 InfiniBand; a number measured here only means something next to what *this*
 cluster has. The inventory lists it as :class:`InventoryItem` rows, one fact each:
 Python, torch, CUDA, NCCL, MPI and SLURM versions, the NVIDIA driver, CPU sockets /
-cores / threads, memory, NUMA nodes, GPUs, InfiniBand ports, hostname and kernel.
+cores / threads, memory, NUMA nodes, GPUs, InfiniBand ports, hostname and kernel, and the
+Lustre client checks of the guide's section 5.3 where ``lfs`` exists.
 
 Rules the collectors follow:
 
@@ -43,13 +44,14 @@ __all__ = [
     "ABSENT", "InventoryItem", "Probe", "CommandError", "Collector",
     "COLLECTORS", "collector", "collect_inventory", "write_inventory", "inventory_frame",
     "parse_cpulist", "parse_mpi_version", "parse_nvidia_smi_gpus", "parse_ib_rate",
+    "LUSTRE_DIRS_ENV", "parse_lfs_df", "parse_lfs_getstripe",
 ]
 
 #: The value of every fact that was looked for and not found.
 ABSENT = "absent"
 
 #: Display order of the categories (collectors run in name order).
-CATEGORY_ORDER = ("host", "toolchain", "slurm", "cpu", "memory", "numa", "gpu", "infiniband")
+CATEGORY_ORDER = ("host", "toolchain", "slurm", "cpu", "memory", "numa", "gpu", "infiniband", "storage")
 
 _GIB = 1 << 30
 
@@ -253,6 +255,44 @@ def parse_ib_rate(text: str) -> float:
     if not m:
         raise ValueError(f"unreadable InfiniBand rate {text.strip()!r}")
     return float(m.group(1))
+
+
+# "lustre-OST0001_UUID  14.5T  10.2T  4.3T  71% /lustre[OST:1]" (``lfs df -h``; ``-i`` has the same shape)
+_LFS_DF_TARGET = re.compile(r"^(?P<fs>[^\s-]+)-(?P<kind>OST|MDT)\w*_UUID\s+\S+\s+\S+\s+\S+\s+(?P<use>\d+)%\s+"
+                            r"(?P<mount>\S+?)\[(?:OST|MDT):\d+\]", re.M)
+
+
+def parse_lfs_df(text: str) -> dict[str, dict[str, Any]]:
+    """Per file system, its mount point and each OST's use (%) from ``lfs df -h``.
+
+    An OST that is inactive or unreachable prints no usage line and is not counted.
+
+    Returns:
+        ``{fsname: {"mount": "/lustre", "ost_use_pct": [69, 71, ...]}}``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for m in _LFS_DF_TARGET.finditer(text):
+        fs = out.setdefault(m.group("fs"), {"mount": m.group("mount"), "ost_use_pct": []})
+        if m.group("kind") == "OST":
+            fs["ost_use_pct"].append(int(m.group("use")))
+    return out
+
+
+def parse_lfs_getstripe(text: str) -> dict[str, int]:
+    """``stripe_count`` and ``stripe_size`` (bytes) from ``lfs getstripe -d DIR`` (a directory's default layout).
+
+    Both spellings are read: ``stripe_count:  1 stripe_size:   1048576`` (one line, older
+    clients) and the YAML-like ``lcm_``/``lmm_`` keys (composite layouts: the first component).
+    """
+    values: dict[str, int] = {}
+    for key, names in (("stripe_count", ("stripe_count", "lmm_stripe_count")),
+                       ("stripe_size", ("stripe_size", "lmm_stripe_size"))):
+        for name in names:
+            m = re.search(rf"\b{name}:\s*(-?\d+)", text)
+            if m:
+                values[key] = int(m.group(1))
+                break
+    return values
 
 
 def _parse_nvidia_driver(text: str) -> str:
@@ -583,6 +623,94 @@ def collect_infiniband(probe: Probe) -> list[InventoryItem]:
             items.append(_text("infiniband", f"{name}.link_layer", probe.read(f"{p}/link_layer"),
                                f"{p}/link_layer"))
     items.append(_count("infiniband", "active_ports", active, f"{source}/*/ports/*/state"))
+    return items
+
+
+#: Folders whose striping the ``lustre`` collector records (``os.pathsep``-separated): the data
+#: sets' folders; unset, the Lustre mount points of ``/proc/mounts``.
+LUSTRE_DIRS_ENV = "HPCBENCH_LUSTRE_DIRS"
+#: Client tunables the guide's storage checks look at (read-ahead and the client cache).
+_LCTL_PARAMS = ("llite.*.max_read_ahead_mb", "llite.*.max_read_ahead_per_file_mb", "llite.*.max_cached_mb")
+
+
+def _lustre_mounts(probe: Probe) -> list[str]:
+    text = probe.read("/proc/mounts") or ""
+    return [fields[1] for fields in (line.split() for line in text.splitlines())
+            if len(fields) >= 3 and fields[2] == "lustre"]
+
+
+def _checked(probe: Probe, name: str, argv: tuple[str, ...]) -> tuple[str | None, InventoryItem | None]:
+    """(stdout, None), or (None, the item saying why there is none: absent, not collected, or the error)."""
+    source = " ".join(argv)
+    try:
+        out = probe.run(*argv)
+    except CommandError as exc:
+        return None, _text("storage", name, f"error: {exc}", source)
+    if out is None:
+        return None, _text("storage", name, probe.unavailable(), source)
+    return out, None
+
+
+@collector("lustre", "storage")
+def collect_lustre(probe: Probe) -> list[InventoryItem]:
+    """The Lustre client checks of the guide's section 5.3, where ``lfs`` exists.
+
+    * ``lfs df -h``: its output, and per file system the OST count and the spread of OST use
+      (max - min, percentage points): an unbalanced file system writes new stripes to few OSTs;
+    * ``lfs getstripe -d DIR`` for the folders in ``$HPCBENCH_LUSTRE_DIRS`` (else each Lustre
+      mount point of ``/proc/mounts``): stripe count and size (the guide restripes with
+      ``lfs setstripe -c 8 -S 4M``);
+    * ``lctl get_param`` of the client's read-ahead and cache limits (``lctl`` is optional).
+
+    ``lfs hsm_release`` (the guide's cache release) changes state and is never run here.
+    Without ``lfs`` on PATH there is one item saying so, and no number.
+    """
+    if not probe.include_commands:
+        return [_text("storage", "lustre", probe.unavailable(), "lfs")]
+    if shutil.which("lfs", path=probe.env.get("PATH", os.defpath)) is None:
+        return [InventoryItem("storage", "lustre", f"{ABSENT}: lfs not found on PATH", None, "", "lfs")]
+    items: list[InventoryItem] = []
+    df, problem = _checked(probe, "lustre.df", ("lfs", "df", "-h"))
+    if problem is not None:
+        items.append(problem)
+    else:
+        items.append(_text("storage", "lustre.df", df, "lfs df -h"))
+        for fs, info in sorted(parse_lfs_df(df).items()):
+            use = info["ost_use_pct"]
+            items.append(_count("storage", f"lustre.{fs}.ost_count", len(use), "lfs df -h"))
+            if use:
+                items.append(InventoryItem("storage", f"lustre.{fs}.ost_use_spread",
+                                           f"{max(use) - min(use)} points (OST use {min(use)} % to {max(use)} %, "
+                                           f"mounted on {info['mount']})", float(max(use) - min(use)), "%",
+                                           "lfs df -h"))
+    folders = [d for d in probe.env.get(LUSTRE_DIRS_ENV, "").split(os.pathsep) if d] or _lustre_mounts(probe)
+    if not folders:
+        items.append(InventoryItem("storage", "lustre.getstripe", f"{ABSENT}: no Lustre mount in /proc/mounts and "
+                                   f"${LUSTRE_DIRS_ENV} is unset", None, "", "/proc/mounts"))
+    for folder in folders:
+        out, problem = _checked(probe, f"lustre.getstripe[{folder}]", ("lfs", "getstripe", "-d", folder))
+        if problem is not None:
+            items.append(problem)
+            continue
+        source = f"lfs getstripe -d {folder}"
+        items.append(_text("storage", f"lustre.getstripe[{folder}]", out, source))
+        layout = parse_lfs_getstripe(out)
+        if "stripe_count" in layout:
+            items.append(_count("storage", f"lustre.stripe_count[{folder}]", layout["stripe_count"], source))
+        if "stripe_size" in layout:
+            items.append(InventoryItem("storage", f"lustre.stripe_size[{folder}]", str(layout["stripe_size"]),
+                                       float(layout["stripe_size"]), "B", source))
+    for param in _LCTL_PARAMS:
+        name = "lustre." + param.split(".")[-1]
+        out, problem = _checked(probe, name, ("lctl", "get_param", param))
+        if problem is not None:
+            items.append(problem)
+            continue
+        values = [line.partition("=")[2].strip() for line in out.splitlines() if "=" in line]
+        same = len(set(values)) == 1 and values[0].isdigit()
+        # One number when every mount agrees; otherwise the text lists each mount's value.
+        items.append(InventoryItem("storage", name, out.strip() or ABSENT, float(values[0]) if same else None,
+                                   "MiB" if same else "", f"lctl get_param {param}"))
     return items
 
 

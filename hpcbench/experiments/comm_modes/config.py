@@ -13,6 +13,9 @@ from hpcbench.parallel.modes import MODE_NAMES, MODES
 IB_MTU_BUCKET_MB = IB_MTU_BYTES / (1 << 20)
 
 
+#: Profiled steps with ``trace``: skipped, warm-up (profiler start-up), recorded (worker._trace).
+TRACE_WAIT, TRACE_WARMUP, TRACE_ACTIVE = 1, 1, 2
+
 @dataclass
 class CommModesConfig(DistributedConfig):
     """Parameters of ``02_comm_modes``; the notebook's parameters cell mirrors them."""
@@ -37,6 +40,9 @@ class CommModesConfig(DistributedConfig):
                                      "communication share")
     check: bool = param(True, "compare one step's gradients with plain DDP's before timing")
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)
+    trace: bool = param(True, "profile 4 extra untimed steps (1 wait, 1 warm-up, 2 recorded) of the first "
+                              "combination that runs and write each rank's Chrome/Perfetto trace to "
+                              "<task dir>/trace/<rank>.json, linked from the report; false: no trace")
     nodes: int = param(2, "nodes; on one machine more than 1 is an emulated split of the local ranks",
                        min=1, max=4096)
 

@@ -10,6 +10,8 @@ from hpcbench.core.sanity import Verification
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB, CommModesConfig
 
 SUMMARY_KEYS = ["model", "mode", "bucket_cap_mb"]
+#: Step phases summarised (:mod:`hpcbench.diag.step_breakdown`), as ``<phase>_p50_ms`` columns.
+BREAKDOWN_PHASES = ("forward", "backward", "comm_wait", "optimizer", "other")
 
 
 def summarize(records: Any) -> Any:
@@ -19,12 +21,17 @@ def summarize(records: Any) -> Any:
 
     ``samples`` holds the per-step total throughput (the rules' input) and ``ok`` is False
     where the mode's gradients differed from plain DDP's: such a series never counts.
+
+    The step breakdown (T-diag) adds ``<phase>_p50_ms`` for :data:`BREAKDOWN_PHASES`
+    (median over every rank's timed steps with the mode's communication; ``comm_wait`` is
+    the exposed communication wait) and ``jitter_max`` (the largest rank's step-time
+    std / mean).
     """
     import pandas as pd
 
     rows = records[records["experiment"] == "comm_modes"]
     rows = rows[rows["metric"].isin(["throughput", "step_time", "comm_share", "comm_time", "grad_match",
-                                     "bucket_count", "first_bucket_bytes"])]
+                                     "bucket_count", "first_bucket_bytes", "step_phase_seconds", "step_jitter"])]
     if rows.empty:
         return pd.DataFrame(columns=SUMMARY_KEYS + ["throughput_total_p50"])
     wide = expand_labels(rows)
@@ -45,6 +52,9 @@ def summarize(records: Any) -> Any:
         grad = pick("grad_match")
         buckets = pick("bucket_count")
         unit = g[g["metric"] == "throughput"]["unit"].iloc[0] if (g["metric"] == "throughput").any() else ""
+        phases = {f"{p}_p50_ms": pick("step_phase_seconds", phase=p, comm="mode").median() * 1e3
+                  for p in BREAKDOWN_PHASES}
+        jitters = pick("step_jitter", comm="mode")
         out.append({
             **dict(zip(SUMMARY_KEYS, key)),
             "unit": unit,
@@ -59,6 +69,8 @@ def summarize(records: Any) -> Any:
             "buckets": int(buckets.iloc[0]) if len(buckets) else None,
             "first_bucket_bytes": int(pick("first_bucket_bytes").iloc[0]) if len(pick("first_bucket_bytes")) else None,
             "steps": len(step),
+            **phases,
+            "jitter_max": jitters.max() if len(jitters) else float("nan"),
             "note": notes[0] if notes else "",
             "samples": tuple(float(v) for v in tput),
             "ok": not (len(grad) and grad.min() < 1.0),
