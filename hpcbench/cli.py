@@ -9,7 +9,7 @@
     hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
     hpcbench publish REPORT_DIR --to SITE_DIR      copy a report into a site, rewrite the site's index
     hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
-    hpcbench affinity [--ranks-per-node N] [--root DIR] [--show table|srun|numactl|env|sbatch]
+    hpcbench plan-binding [--ranks-per-node N] [--root DIR] [--show table|srun|numactl|env|sbatch]
 
 Exit codes: 0 success, 1 some task failed, 2 bad input (the message names it),
 130 / 143 / 138 stopped by SIGINT / SIGTERM / SIGUSR1 (every process of the run ended; resume continues).
@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", help="state dir: slurm.conf, logs, pid files (default /tmp/hpcbench-cluster)")
     p.set_defaults(func=cmd_cluster)
 
-    p = sub.add_parser("affinity", help="plan each rank's cores, memory node, GPU and NIC on a node; print it "
+    p = sub.add_parser("plan-binding", help="plan each rank's cores, memory node, GPU and NIC on a node; print it "
                                         "as a table, srun/numactl/env lines or an sbatch script")
     p.add_argument("--ranks-per-node", type=_positive_int, default=1, metavar="N", help="ranks on the node (default 1)")
     p.add_argument("--root", default="/", help="read sysfs under this folder (a recorded node; default /)")

@@ -209,11 +209,11 @@ def test_sbatch_script_is_the_guides_made_right(dgx, tmp_path):
 
 
 def test_cli_affinity(capsys):
-    assert main(["affinity", "--root", str(DGX), "--ranks-per-node", "8", "--show", "sbatch"]) == 0
+    assert main(["plan-binding", "--root", str(DGX), "--ranks-per-node", "8", "--show", "sbatch"]) == 0
     assert "#SBATCH --gres=gpu:8" in capsys.readouterr().out
-    assert main(["affinity", "--root", str(HERE), "--ranks-per-node", "2", "--show", "numactl"]) == 0
+    assert main(["plan-binding", "--root", str(HERE), "--ranks-per-node", "2", "--show", "numactl"]) == 0
     assert "numactl --physcpubind=1 --membind=0 python train.py" in capsys.readouterr().out
-    assert main(["affinity", "--root", str(HERE), "--ranks-per-node", "3"]) == 2
+    assert main(["plan-binding", "--root", str(HERE), "--ranks-per-node", "3"]) == 2
     assert "ranks_per_node" in capsys.readouterr().err
 
 

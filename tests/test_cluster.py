@@ -70,9 +70,13 @@ else:
 '''
 
 
-def _srun(info, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _srun(info, *args: str, timeout: float = 60, whole_node: bool = True) -> subprocess.CompletedProcess:
     # Run from /tmp: srun's working directory must exist on the nodes (it does: one filesystem).
-    proc = subprocess.run(["srun", *args], env={**os.environ, **info.env()}, capture_output=True, text=True,
+    # whole_node: every CPU per task. The slurmds run task/affinity, which confines a step to the
+    # CPUs it was allocated; a one-CPU task per node would sit on the host's CPU 0 on every node
+    # (the emulated nodes share the host's cores) and the two ends of a link test share one core.
+    cpus = ["-c", str(os.cpu_count())] if whole_node else []
+    proc = subprocess.run(["srun", *cpus, *args], env={**os.environ, **info.env()}, capture_output=True, text=True,
                           timeout=timeout, cwd="/tmp")
     assert proc.returncode == 0, f"srun {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -132,6 +136,27 @@ def test_down_when_nothing_is_up_is_harmless(tmp_path):
 def test_srun_lands_on_two_named_nodes(emulated_cluster):
     proc = _srun(emulated_cluster, "-N2", "-l", "hostname", timeout=30)
     assert sorted(proc.stdout.split()) == ["0:", "1:", "n1", "n2"]
+
+
+def test_srun_cpu_bind_really_binds_on_the_emulated_nodes(emulated_cluster):
+    """slurmd runs task/affinity: the plan's ``srun --cpu-bind`` sets each task's CPUs (read back from the
+    kernel), and a step without one gets exactly the CPUs it was allocated."""
+    from hpcbench.affinity.emit import srun_args
+    from hpcbench.affinity.plan import plan_binding
+    from hpcbench.affinity.topology import read_topology
+    from hpcbench.system.inventory import parse_cpulist
+
+    plan = plan_binding(read_topology(), 2)
+    args = [a for a in srun_args(plan) if a.startswith(("--cpu-bind", "--ntasks-per-node"))]
+    proc = _srun(emulated_cluster, "-N1", "--exclusive", *args, "-l", "grep", "Cpus_allowed_list",
+                 "/proc/self/status", timeout=30, whole_node=False)
+    got = {int(line.split(":")[0]): parse_cpulist(line.split()[-1]) for line in proc.stdout.splitlines()}
+    assert got == {b.local_rank: sorted(b.cpus) for b in plan.bindings}, proc.stdout
+    whole = _srun(emulated_cluster, "-N1", "-n1", "grep", "Cpus_allowed_list", "/proc/self/status", timeout=30)
+    assert whole.stdout.split()[-1] == f"0-{os.cpu_count() - 1}", whole.stdout
+    one = _srun(emulated_cluster, "-N1", "-n1", "grep", "Cpus_allowed_list", "/proc/self/status", timeout=30,
+                whole_node=False)
+    assert one.stdout.split()[-1] == "0", one.stdout  # one allocated CPU: confined to it, as on a real cluster
 
 
 def test_jobs_see_their_node_network_and_names(emulated_cluster):

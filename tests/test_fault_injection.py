@@ -149,7 +149,9 @@ def test_killed_rank_is_retried_and_training_resumes_exactly(cluster_env, tmp_pa
     # The guide's `srun python train.py`: srun starts the ranks itself, rank = SLURM_PROCID.
     ranks = ('RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=0 MASTER_ADDR=n1 MASTER_PORT=29611 '
              'exec "$@"')
-    srun = ["srun", "-N2", "-w", "n1,n2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+    # -c: task/affinity confines a step to its allocated CPUs; a one-CPU task per node would put
+    # both ranks on the host's CPU 0 (the emulated nodes share its cores).
+    srun = ["srun", "-N2", "-w", "n1,n2", "-c", str(os.cpu_count()), "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             "bash", "-c", ranks, "rank", sys.executable, *train_argv(script, ckpt)]
     proc = subprocess.Popen([str(WRAPPER), "--tries", "3", "--delay", "0", "--checkpoints", str(ckpt),
                              "--log", str(wlog), "--", *srun], cwd=tmp_path, env=train_env(tmp_path),

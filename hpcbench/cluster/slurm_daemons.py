@@ -71,7 +71,11 @@ def render_slurm_conf(*, controller_host: str, controller_address: str, nodes: S
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        # task/affinity so that an explicit `srun --cpu-bind=...` (an affinity plan) really binds;
+        # TaskPluginParam=None keeps every other step unbound, as before: the emulated nodes share
+        # the host's cores, and auto-binding would put each node's first task on the same core.
+        "TaskPlugin=task/affinity",
+        "TaskPluginParam=None",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "AccountingStorageType=accounting_storage/none",

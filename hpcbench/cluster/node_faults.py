@@ -1,0 +1,516 @@
+"""Real faults on one node of the emulated cluster: a degraded link, slow storage, CPU contention.
+
+Each fault is a context manager that applies itself on entry and undoes itself on exit, also
+when the body raises or the apply fails half-way, and keeps a :class:`FaultLog` of what it did
+(the commands run, the processes it started or moved, the counters before and after)::
+
+    with DegradedLink(link, rate="20mbit", queue_bytes=3000) as fault:
+        train()
+    print(fault.log.describe())          # what was changed, and the retransmissions it caused
+
+What each fault really does (nothing is simulated in the code under test):
+
+* :class:`DegradedLink` — replaces the root qdisc of both ends of the node's veth pair (the
+  node side ``hpcb0`` in its namespace, the host side ``hpcb-hN`` on the bridge, as
+  :func:`hpcbench.cluster.network.shape_all_links` shapes them) with a ``tbf`` at a lower rate;
+  with ``queue_bytes`` the token bucket's queue holds only that many bytes, so bursts are
+  dropped and TCP retransmits (counted from ``/proc/net/snmp`` inside the namespace). Undo puts
+  the cluster's own shaping back.
+* :class:`SlowStorage` — cgroup v1 ``blkio.throttle.read_bps_device`` / ``read_iops_device``
+  for the disk holding the data set, on a new blkio cgroup that the node's rank processes are
+  moved into (and moved back out of). Only reads that reach the disk are throttled: the reader
+  must evict its file from the page cache (``posix_fadvise(DONTNEED)``) or read with O_DIRECT.
+* :class:`CpuContention` — busy-loop processes pinned (``sched_setaffinity``) to the CPUs the
+  node's ranks may run on (``Cpus_allowed_list`` of each rank), stopped by pid.
+
+Needs root (tc, nsenter, the cgroup tree). Functions that only read (``tcp_counters``,
+``allowed_cpus``, ``block_device_of``) need no privileges beyond reading ``/proc`` and ``/sys``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from hpcbench.cluster import network
+from hpcbench.cluster.host_commands import ClusterError
+from hpcbench.core.errors import HpcbenchError
+
+#: Where cgroup v1 mounts the blkio controller.
+BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
+#: Prefix of every cgroup made here (removed again on exit).
+CGROUP_PREFIX = "hpcbench-slow-storage"
+#: tbf needs a bucket of at least one MTU-sized packet plus headers, or it drops everything.
+MIN_BURST_BYTES = 1600
+#: Seconds a busy process gets to exit after SIGTERM before SIGKILL.
+STOP_GRACE_S = 2.0
+
+#: A busy loop for one CPU: pins itself, then spins until it is signalled. Python, not `yes`, so
+#: that it does no I/O; a few MB of memory each.
+_BUSY_LOOP = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+class NodeFaultError(HpcbenchError):
+    """A fault could not be applied here; the message says exactly why (and what is needed)."""
+
+
+@dataclass
+class FaultLog:
+    """What one fault did: its kind and node, the actions in order, counters, start and stop times."""
+
+    kind: str
+    node: str
+    actions: list[str] = field(default_factory=list)
+    counters: dict[str, float] = field(default_factory=dict)
+    started: float | None = None
+    stopped: float | None = None
+    undone: bool = False
+
+    def describe(self) -> str:
+        lines = [f"{self.kind} on {self.node}: " + ("undone" if self.undone else "NOT undone")]
+        lines += [f"  {a}" for a in self.actions]
+        if self.counters:
+            lines.append("  counters: " + ", ".join(f"{k}={v:g}" for k, v in sorted(self.counters.items())))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "node": self.node, "actions": list(self.actions), "counters": dict(self.counters),
+                "started": self.started, "stopped": self.stopped, "undone": self.undone}
+
+
+class NodeFault:
+    """Template of a fault: :meth:`_apply` on entry, :meth:`_undo` on exit (always, also after a failed apply).
+
+    Subclasses fill in the two methods and append to ``self.log.actions``; ``_undo`` must be
+    safe to call after a partial ``_apply``.
+    """
+
+    kind = "fault"
+
+    def __init__(self, node: str) -> None:
+        self.log = FaultLog(self.kind, node)
+        self._active = False
+
+    def __enter__(self) -> "NodeFault":
+        if self._active:
+            raise NodeFaultError(f"{self.kind} on {self.log.node} is already applied")
+        self._active = True
+        try:
+            self._apply()
+        except BaseException:
+            self._exit()
+            raise
+        self.log.started = time.time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._exit()
+
+    def _exit(self) -> None:
+        if not self._active:
+            return
+        self._active = False
+        try:
+            self._undo()
+            self.log.undone = True
+        finally:
+            self.log.stopped = time.time()
+
+    def _apply(self) -> None:
+        raise NotImplementedError
+
+    def _undo(self) -> None:
+        raise NotImplementedError
+
+
+def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NodeFaultError(f"`{' '.join(argv)}` could not run: {exc}") from None
+    if check and proc.returncode != 0:
+        raise NodeFaultError(f"`{' '.join(argv)}` failed (rc {proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def in_netns(netns_path: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` run inside the network namespace at ``netns_path`` (``/run/netns/NS``, ``/proc/PID/ns/net``)."""
+    return ["nsenter", f"--net={netns_path}", *argv]
+
+
+def netns_path(netns: str) -> str:
+    """The bind mount ``ip netns add`` made for ``netns``."""
+    return f"/run/netns/{netns}"
+
+
+# -- the link --------------------------------------------------------------------------------
+
+def tcp_counters(netns: str | None = None) -> dict[str, float]:
+    """The ``Tcp:`` counters of ``/proc/net/snmp`` in the namespace at ``netns`` (a path; None: this one).
+
+    Returns:
+        ``{"OutSegs": ..., "RetransSegs": ..., ...}``: every numeric field of the Tcp lines.
+    """
+    if netns is None:
+        text = Path("/proc/net/snmp").read_text()
+    else:
+        text = _run(in_netns(netns, ["cat", "/proc/net/snmp"])).stdout
+    rows = [line.split()[1:] for line in text.splitlines() if line.startswith("Tcp:")]
+    if len(rows) < 2:
+        raise NodeFaultError(f"/proc/net/snmp in {netns or 'this namespace'} has no Tcp counters")
+    out = {}
+    for name, value in zip(rows[0], rows[1]):
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class NodeLink:
+    """Both ends of one node's link, each as (network namespace path, device)."""
+
+    node: str
+    node_netns: str
+    """``/run/netns/hpcb-nX``: the node's namespace, holding ``hpcb0``"""
+    host_veth: str
+    """``hpcb-hX``: the bridge-side end, in the host's namespace"""
+    shaping: network.LinkShaping
+    """how the cluster shapes every link (put back on exit)"""
+    host_netns: str
+    """the host's namespace, where the bridge lives: ``/proc/<slurmctld>/ns/net``"""
+    node_dev: str = network.NODE_IFNAME
+
+    def ends(self) -> list[tuple[str, str, str]]:
+        """(which end, namespace path, device), node side first."""
+        return [("node side", self.node_netns, self.node_dev), ("host side", self.host_netns, self.host_veth)]
+
+
+def cluster_of(env: Mapping[str, str] | None = None):
+    """The emulated cluster this process belongs to (``SLURM_CONF``'s folder holds cluster.json), or None."""
+    from hpcbench.cluster.emulated import ClusterInfo
+
+    env = os.environ if env is None else env
+    conf = env.get("SLURM_CONF")
+    if not conf:
+        return None
+    path = Path(conf).parent / "cluster.json"
+    try:
+        return ClusterInfo.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def node_link(cluster, node: str) -> NodeLink:
+    """The link of ``node`` (e.g. ``"n2"``) in ``cluster`` (a :class:`~hpcbench.cluster.ClusterInfo`)."""
+    try:
+        info = cluster.node(node)
+    except ClusterError as exc:
+        raise NodeFaultError(str(exc)) from None
+    return NodeLink(node=node, node_netns=netns_path(info.netns), host_veth=info.veth_host,
+                    shaping=network.LinkShaping(cluster.spec.link_rate, cluster.spec.link_delay),
+                    host_netns=host_netns_of(cluster), node_dev=info.veth_node)
+
+
+def host_netns_of(cluster) -> str:
+    """The host's network namespace, reachable from any node: that of the cluster's slurmctld.
+
+    slurmctld runs on the host at the bridge address, and every node's processes share the host's
+    pid namespace (slurmd is started with ``nsenter --net``, no new pid namespace), so its
+    ``/proc/PID/ns/net`` is the bridge's namespace seen from anywhere. (``/proc/1`` may belong to
+    an init that root cannot inspect, as in a micro-VM.)
+    """
+    from hpcbench.cluster import daemons
+
+    pid_file = Path(cluster.state_dir) / "run" / "slurmctld.pid"
+    record = daemons.read_pid_file(pid_file)
+    path = f"/proc/{record[0]}/ns/net" if record else ""
+    if not record or not os.path.exists(path):
+        raise NodeFaultError(f"the cluster's slurmctld is not running ({pid_file}): its network namespace, the "
+                             f"host's, holds the bridge-side veths")
+    return path
+
+
+class DegradedLink(NodeFault):
+    """A slower link on one node, and with ``queue_bytes`` a queue so short that bursts are dropped.
+
+    Args:
+        link: the node's link (:func:`node_link`).
+        rate: the degraded rate, in tc syntax (``20mbit``).
+        queue_bytes: the tbf queue (``limit``) in bytes; ``None`` keeps tbf's usual 50 ms of
+            queue at the new rate, so nothing but the rate changes. A few packets' worth
+            (e.g. 3000) makes the bucket drop every burst it cannot send at once.
+        burst_bytes: the token bucket's size; ``None``: the cluster's rule
+            (:attr:`~hpcbench.cluster.network.LinkShaping.burst_bytes`) at the new rate, or, with
+            ``queue_bytes``, ``max(queue_bytes, 1600)`` so that bursts cannot hide in the bucket.
+    """
+
+    kind = "degraded_link"
+
+    def __init__(self, link: NodeLink, rate: str, *, queue_bytes: int | None = None,
+                 burst_bytes: int | None = None) -> None:
+        super().__init__(link.node)
+        network.parse_rate(rate)  # a typo fails here, not half-way through the tc commands
+        if queue_bytes is not None and queue_bytes < 1:
+            raise NodeFaultError(f"queue_bytes={queue_bytes}: give >= 1 byte, or None for the usual queue")
+        self.link, self.rate, self.queue_bytes = link, rate, queue_bytes
+        if burst_bytes is None:
+            burst_bytes = (max(queue_bytes, MIN_BURST_BYTES) if queue_bytes is not None
+                           else network.LinkShaping(rate, "0ms").burst_bytes)
+        self.burst_bytes = max(int(burst_bytes), MIN_BURST_BYTES)
+        self.log.kind = "lossy_link" if queue_bytes is not None else "slow_link"
+        self._changed: list[tuple[str, str, str]] = []
+
+    def tbf(self) -> list[str]:
+        """The tbf arguments of the degraded link."""
+        queue = ["limit", str(self.queue_bytes)] if self.queue_bytes is not None else ["latency", "50ms"]
+        return ["tbf", "rate", self.rate, "burst", str(self.burst_bytes), *queue]
+
+    def _apply(self) -> None:
+        self.log.counters.update({f"before_{k}": v for k, v in self._tcp().items()})
+        for end, ns, dev in self.link.ends():
+            _run(in_netns(ns, ["tc", "qdisc", "del", "dev", dev, "root"]), check=False)
+            self._changed.append((end, ns, dev))  # from here on, undo must reshape it
+            _run(in_netns(ns, ["tc", "qdisc", "add", "dev", dev, "root", "handle", "10:", *self.tbf()]))
+            self.log.actions.append(f"{end} {dev}: tc qdisc root tbf " + " ".join(self.tbf()[1:]))
+
+    def _undo(self) -> None:
+        errors = []
+        for end, ns, dev in self._changed:
+            _run(in_netns(ns, ["tc", "qdisc", "del", "dev", dev, "root"]), check=False)
+            for cmd in self.link.shaping.commands(dev, None):
+                proc = _run(in_netns(ns, cmd), check=False)
+                if proc.returncode != 0:
+                    errors.append(f"{end} {dev}: `{' '.join(cmd)}`: {proc.stderr.strip()}")
+            self.log.actions.append(f"{end} {dev}: restored rate {self.link.shaping.rate}, "
+                                    f"delay {self.link.shaping.delay}")
+        self._changed.clear()
+        try:
+            after = self._tcp()
+        except NodeFaultError:
+            after = {}
+        self.log.counters.update({f"after_{k}": v for k, v in after.items()})
+        if errors:
+            raise NodeFaultError("the link could not be restored: " + "; ".join(errors))
+
+    def _tcp(self) -> dict[str, float]:
+        c = tcp_counters(self.link.node_netns)
+        return {"OutSegs": c.get("OutSegs", 0.0), "RetransSegs": c.get("RetransSegs", 0.0)}
+
+    @property
+    def retransmitted(self) -> float | None:
+        """Segments the node retransmitted while the fault was on (None before it was undone)."""
+        c = self.log.counters
+        if "after_RetransSegs" not in c:
+            return None
+        return c["after_RetransSegs"] - c["before_RetransSegs"]
+
+    @property
+    def sent(self) -> float | None:
+        c = self.log.counters
+        return c["after_OutSegs"] - c["before_OutSegs"] if "after_OutSegs" in c else None
+
+
+# -- storage ----------------------------------------------------------------------------------
+
+def block_device_of(path: str | os.PathLike) -> str:
+    """``MAJ:MIN`` of the whole disk holding ``path`` (a partition's parent disk), for blkio's throttles.
+
+    Raises:
+        NodeFaultError: the file system has no block device (tmpfs, overlay, NFS...): nothing
+            a block-layer throttle could slow down.
+    """
+    st = os.stat(path)
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    sysdev = Path(f"/sys/dev/block/{major}:{minor}")
+    if not sysdev.exists():
+        raise NodeFaultError(f"{path} is on device {major}:{minor}, which is no block device (tmpfs, overlay or a "
+                             f"network file system): a block-layer read throttle cannot slow it down")
+    real = sysdev.resolve()
+    if (real / "partition").exists():  # throttles act on the disk's request queue
+        return (real.parent / "dev").read_text().strip()
+    return f"{major}:{minor}"
+
+
+def blkio_cgroup_of(pid: int) -> str:
+    """The blkio cgroup (v1) of ``pid``, e.g. ``/`` or ``/slurm/job_3``."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "blkio" in controllers.split(","):
+            return path
+    raise NodeFaultError(f"process {pid} is in no blkio cgroup (/proc/{pid}/cgroup): this kernel mounts no "
+                         f"cgroup v1 blkio controller")
+
+
+def storage_throttle_problem(path: str | os.PathLike) -> str | None:
+    """None when :class:`SlowStorage` can work on ``path`` here, else exactly why not."""
+    if not (BLKIO_ROOT / "blkio.throttle.read_bps_device").exists():
+        return (f"no cgroup v1 blkio controller with throttles at {BLKIO_ROOT} (a cgroup v2-only host would need "
+                f"io.max instead)")
+    if os.geteuid() != 0:
+        return "creating a blkio cgroup and moving processes into it needs root"
+    try:
+        block_device_of(path)
+    except (NodeFaultError, OSError) as exc:
+        return str(exc)
+    return None
+
+
+class SlowStorage(NodeFault):
+    """Reads from the disk holding ``path`` throttled for the processes ``pids`` (a node's ranks).
+
+    Args:
+        node: the node's name, for the log.
+        pids: the processes to throttle (each moves with all its threads).
+        path: a file on the disk to throttle (the data set).
+        read_bps: bytes per second of reads from that disk, for those processes.
+        read_iops: read requests per second (``None``: not limited).
+    """
+
+    kind = "slow_storage"
+
+    def __init__(self, node: str, pids: Iterable[int], path: str | os.PathLike, *, read_bps: int,
+                 read_iops: int | None = None) -> None:
+        super().__init__(node)
+        self.pids = sorted(set(int(p) for p in pids))
+        if not self.pids:
+            raise NodeFaultError("no process to throttle")
+        if read_bps < 1 or (read_iops is not None and read_iops < 1):
+            raise NodeFaultError(f"read_bps={read_bps}, read_iops={read_iops}: give limits >= 1")
+        problem = storage_throttle_problem(path)
+        if problem:
+            raise NodeFaultError(f"cannot throttle reads of {path}: {problem}")
+        self.path, self.read_bps, self.read_iops = Path(path), int(read_bps), read_iops
+        self.device = block_device_of(path)
+        self.cgroup = BLKIO_ROOT / f"{CGROUP_PREFIX}-{node}-{os.getpid()}"
+        self._origin: dict[int, str] = {}
+
+    def _apply(self) -> None:
+        self.cgroup.mkdir()
+        self.log.actions.append(f"created blkio cgroup {self.cgroup}")
+        (self.cgroup / "blkio.throttle.read_bps_device").write_text(f"{self.device} {self.read_bps}\n")
+        self.log.actions.append(f"blkio.throttle.read_bps_device = {self.device} {self.read_bps}")
+        if self.read_iops is not None:
+            (self.cgroup / "blkio.throttle.read_iops_device").write_text(f"{self.device} {self.read_iops}\n")
+            self.log.actions.append(f"blkio.throttle.read_iops_device = {self.device} {self.read_iops}")
+        for pid in self.pids:
+            self._origin[pid] = blkio_cgroup_of(pid)
+            (self.cgroup / "cgroup.procs").write_text(f"{pid}\n")
+            self.log.actions.append(f"moved pid {pid} from blkio:{self._origin[pid]} into it")
+
+    def _undo(self) -> None:
+        for pid, origin in list(self._origin.items()):
+            try:
+                (BLKIO_ROOT / origin.lstrip("/") / "cgroup.procs").write_text(f"{pid}\n")
+                self.log.actions.append(f"moved pid {pid} back to blkio:{origin}")
+            except ProcessLookupError:
+                self.log.actions.append(f"pid {pid} had exited")
+            except OSError as exc:
+                if exc.errno != 3:  # ESRCH: gone
+                    raise
+        self._origin.clear()
+        stats = self.cgroup / "blkio.throttle.io_service_bytes"
+        if stats.exists():
+            for line in stats.read_text().splitlines():
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == self.device and parts[1] == "Read":
+                    self.log.counters["read_bytes"] = float(parts[2])
+        if self.cgroup.exists():
+            # Threads a moved process started while inside stay; move any leftover out first.
+            for pid in (self.cgroup / "cgroup.procs").read_text().split():
+                try:
+                    (BLKIO_ROOT / "cgroup.procs").write_text(f"{pid}\n")
+                except OSError:
+                    pass
+            self.cgroup.rmdir()
+            self.log.actions.append(f"removed {self.cgroup}")
+
+
+# -- CPU ----------------------------------------------------------------------------------
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``"0-3,6"`` -> ``[0, 1, 2, 3, 6]`` (the kernel's list format)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cpus)
+
+
+def allowed_cpus(pid: int) -> list[int]:
+    """The CPUs ``pid`` may run on: ``Cpus_allowed_list`` of ``/proc/PID/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return parse_cpu_list(line.split(":", 1)[1])
+    raise NodeFaultError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+
+class CpuContention(NodeFault):
+    """``per_cpu`` busy processes on every CPU the processes ``pids`` may run on.
+
+    Args:
+        node: the node's name, for the log.
+        pids: the node's ranks; their ``Cpus_allowed_list`` says which CPUs to load.
+        per_cpu: busy processes pinned to each of those CPUs (1 takes half a CPU from one rank
+            under the fair scheduler; 2 take two thirds).
+    """
+
+    kind = "cpu_contention"
+
+    def __init__(self, node: str, pids: Iterable[int], *, per_cpu: int = 1) -> None:
+        super().__init__(node)
+        self.pids = sorted(set(int(p) for p in pids))
+        if not self.pids:
+            raise NodeFaultError("no process whose CPUs to load")
+        if per_cpu < 1:
+            raise NodeFaultError(f"per_cpu={per_cpu}: give >= 1")
+        self.per_cpu = per_cpu
+        self.cpus: list[int] = []
+        self.procs: list[subprocess.Popen] = []
+
+    def _apply(self) -> None:
+        self.cpus = sorted(set().union(*(allowed_cpus(p) for p in self.pids)))
+        self.log.actions.append(f"ranks {self.pids} may run on CPUs {self.cpus}")
+        for cpu in self.cpus:
+            for _ in range(self.per_cpu):
+                proc = subprocess.Popen([sys.executable, "-c", _BUSY_LOOP, str(cpu)], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+                self.procs.append(proc)
+                self.log.actions.append(f"started busy process {proc.pid} pinned to CPU {cpu}")
+
+    def _undo(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            self.log.actions.append(f"stopped busy process {proc.pid} (rc {proc.returncode})")
+        self.procs.clear()
+
+    def busy_cpu_seconds(self) -> float:
+        """CPU seconds the busy processes have used so far (while they run)."""
+        total = 0.0
+        tick = os.sysconf("SC_CLK_TCK")
+        for proc in self.procs:
+            try:
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                continue
+        return total

@@ -1,0 +1,301 @@
+"""What runs on every rank of ``monitoring``: training phases, each with one real fault on the last node (C6).
+
+:func:`launch_monitoring` (the driver, in the notebook) makes a small weather data set in the
+task's folder, then :func:`run_worker` runs on every rank. Per phase (``cfg.faults``, the
+baseline ``none`` first):
+
+1. local rank 0 of every node starts the sampler (:class:`hpcbench.monitor.sampler.Sampler`)
+   with the labels ``fault`` and ``node``, fed the node's read latencies;
+2. local rank 0 of the last node applies the fault (:mod:`hpcbench.cluster.node_faults`) to
+   its node: the link's tbf, the ranks' blkio cgroup, busy processes on the ranks' CPUs. A
+   fault that cannot be applied here is recorded ``fault_injected`` NaN with the reason;
+3. every rank trains under DDP for ``phase_s`` (at least ``min_steps`` steps), each step
+   reading its batch from the data set with the page cache dropped first, so every read
+   reaches the disk; each read's time goes to the sampler's feed and to ``read_time``;
+4. the fault is undone, the samplers stop, and each node's alerts (C6 thresholds, sustained
+   ``sustain`` samples) become ``monitor_alert`` records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from hpcbench.core.results import RecordWriter
+from hpcbench.dist.topology import Topology
+from hpcbench.experiments.monitoring.config import NO_FAULT, MonitoringConfig
+
+#: Time steps per shard of the generated data set; 2 shards hold 62 forecasting pairs.
+STEPS_PER_SHARD, SHARDS = 32, 2
+
+
+def prepare_data(cfg: MonitoringConfig, out_dir: str | os.PathLike) -> str:
+    """The task's weather data set (``out_dir/data``), made once, on the local disk, flushed to it."""
+    from hpcbench.data.generators.weather import WeatherSpec, make_weather
+    from hpcbench.models import MODELS
+
+    spec = MODELS.get(cfg.model)
+    folder = Path(out_dir) / "data"
+    if not (folder / "manifest.json").is_file():
+        make_weather(folder, WeatherSpec(steps=SHARDS * STEPS_PER_SHARD, channels=spec.channels, lat=spec.grid[0],
+                                         lon=spec.grid[1], steps_per_shard=STEPS_PER_SHARD, seed=cfg.seed),
+                     command="hpcbench monitoring (generated for the task)")
+    os.sync()  # dirty pages cannot be dropped: every later read must reach the disk
+    return str(folder)
+
+
+def launch_monitoring(task: Any):
+    """Make the data set in the driver, then run :func:`run_worker` on the task's ranks."""
+    prepare_data(task.config, task.out_dir)
+    return task.launch(run_worker)
+
+
+def _data_folder(writer: RecordWriter) -> Path:
+    """``out_dir/data``: the ranks find the data set next to their records (the config stays the task's own)."""
+    return Path(writer.path).parent.parent / "data"
+
+
+class _Batches:
+    """This rank's forecasting pairs, ``batch_size`` at a time, every read from the disk.
+
+    Before each batch the data set's files are dropped from the page cache
+    (``posix_fadvise(DONTNEED)``), so the block read that follows reaches the disk and a
+    throttle on it shows; each read's seconds go to ``on_read``.
+    """
+
+    def __init__(self, folder: Path, cfg: MonitoringConfig, topo: Topology):
+        from hpcbench.data.readers.weather import WeatherDataset
+
+        self.ds = WeatherDataset(folder, rank=topo.rank, world_size=topo.world_size, seed=cfg.seed,
+                                 block_size=cfg.batch_size, readahead=0, verify="size")
+        self.files = sorted(folder.glob("*.h5"))
+        self.batch_size = cfg.batch_size
+        self.epoch = 0
+        self._it = self._pairs()
+
+    def _pairs(self) -> Iterator[dict]:
+        while True:
+            self.ds.set_epoch(self.epoch)
+            yield from self.ds
+            self.epoch += 1
+
+    def drop_cache(self) -> None:
+        for path in self.files:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+    def next(self, on_read) -> tuple[Any, Any]:
+        import torch
+
+        self.drop_cache()
+        xs, ys = [], []
+        for _ in range(self.batch_size):
+            item = next(self._it)
+            if item["read_bytes"] > 0:
+                on_read(float(item["read_s"]), int(item["read_bytes"]))
+            xs.append(torch.as_tensor(item["x"]))
+            ys.append(torch.as_tensor(item["y"]))
+        return torch.stack(xs), torch.stack(ys)
+
+
+def _gather_pids(topo: Topology) -> list[tuple[str, int]]:
+    """(node, pid) of every rank, in rank order (the same list on every rank)."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * topo.world_size
+    dist.all_gather_object(out, (topo.node_name, os.getpid()))
+    return [tuple(x) for x in out]
+
+
+def make_fault(name: str, cfg: MonitoringConfig, node: str, pids: list[int], data: Path):
+    """The fault ``name`` on ``node`` (a context manager), or the reason it cannot be applied here (str)."""
+    from hpcbench.cluster import node_faults as nf
+
+    try:
+        if name in ("slow_link", "lossy_link"):
+            cluster = nf.cluster_of()
+            if cluster is None:
+                return ("no emulated cluster (SLURM_CONF's folder holds no cluster.json): the nodes share one "
+                        "loopback, there is no node link to degrade")
+            queue = cfg.lossy_queue_bytes if name == "lossy_link" else None
+            return nf.DegradedLink(nf.node_link(cluster, node), cfg.slow_link_rate, queue_bytes=queue)
+        if name == "slow_storage":
+            shard = next(iter(sorted(data.glob("*.h5"))))
+            return nf.SlowStorage(node, pids, shard, read_bps=cfg.storage_read_bps, read_iops=cfg.storage_read_iops)
+        if name == "cpu_contention":
+            return nf.CpuContention(node, pids, per_cpu=cfg.contention_per_cpu)
+    except (nf.NodeFaultError, OSError) as exc:
+        return str(exc)
+    raise ValueError(f"unknown fault {name!r}")
+
+
+#: Nice value of the sampler process where allowed (root): a monitoring agent must keep its 1 Hz on a
+#: node whose CPUs the training (or a contention fault) saturates, or the fault it should show hides it.
+SAMPLER_NICE = -5
+
+
+@contextlib.contextmanager
+def _node_sampler(cfg: MonitoringConfig, writer: RecordWriter, node: str, feed_path: Path, lead: bool,
+                  windows: list[tuple[str, float, float]]) -> Iterator[None]:
+    """The node's sampler for the whole task (local rank 0 only); afterwards, each phase's alerts as records.
+
+    One sampler per node for all phases: its start (a Python process importing pandas) costs seconds
+    on a loaded node, which a per-phase sampler would pay inside every phase.
+    """
+    if not lead:
+        yield
+        return
+    from hpcbench.monitor.sampler import Sampler
+
+    out = Path(writer.path).parent / f"monitor-{node}.parquet"
+    sampler = Sampler(out, interval_s=cfg.interval_s, labels={"node": node}, feed=feed_path, context=writer.context)
+    sampler.start(wait_ready=True)
+    try:
+        os.setpriority(os.PRIO_PROCESS, sampler.pid, SAMPLER_NICE)
+        writer.add("sampler_nice", float(SAMPLER_NICE), "", labels={"node": node})
+    except OSError as exc:
+        writer.add("sampler_nice", None, "", labels={"node": node}, text=f"left at the default: {exc.strerror}")
+    try:
+        yield
+    finally:
+        sampler.stop()
+    _record_alerts(cfg, writer, out, node, windows)
+
+
+def _record_alerts(cfg: MonitoringConfig, writer: RecordWriter, samples: Path, node: str,
+                   windows: list[tuple[str, float, float]]) -> None:
+    from hpcbench.core.results import read_records
+    from hpcbench.experiments.monitoring.summary import in_window
+    from hpcbench.monitor.thresholds import C6_THRESHOLDS, alert_records, evaluate
+
+    frame = read_records(samples)
+    for fault, start, end in windows:
+        rows = alert_records(evaluate(in_window(frame, start, end, cfg.interval_s), C6_THRESHOLDS,
+                                      sustain=cfg.sustain))
+        for row in rows:
+            writer.add(**{**row, "labels": {**row["labels"], "fault": fault, "node": node}})
+        writer.add("alerts", float(len(rows)), "", labels={"fault": fault, "node": node},
+                   text="; ".join(r["text"] for r in rows) or "no C6 threshold broken for "
+                                                               f"{cfg.sustain} samples in a row")
+
+
+@contextlib.contextmanager
+def _fault_on(name: str, cfg: MonitoringConfig, writer: RecordWriter, node: str, pids: list[int], data: Path,
+              injector: bool) -> Iterator[None]:
+    """The fault on this node while the phase trains (the injector only); what it did is recorded."""
+    labels = {"fault": name, "node": node}
+    if not injector:
+        yield
+        return
+    if name == NO_FAULT:
+        writer.add("fault_injected", None, "bool", labels=labels, text="baseline: no fault")
+        yield
+        return
+    fault = make_fault(name, cfg, node, pids, data)
+    if isinstance(fault, str):
+        writer.add("fault_injected", None, "bool", labels=labels, text=f"not injected: {fault}")
+        yield
+        return
+    try:
+        fault.__enter__()
+    except Exception as exc:  # noqa: BLE001 - a fault that cannot be applied is a recorded fact, not a crash
+        writer.add("fault_injected", None, "bool", labels=labels, text=f"not injected: {type(exc).__name__}: {exc}")
+        yield
+        return
+    try:
+        yield
+    finally:
+        fault.__exit__(None, None, None)
+        writer.add("fault_injected", 1.0, "bool", labels=labels, text=fault.log.describe())
+        sent = getattr(fault, "sent", None)
+        if sent:
+            writer.add("fault_tcp_retransmitted", fault.retransmitted / sent, "fraction", labels=labels,
+                       text=f"{fault.retransmitted:g} of {sent:g} segments retransmitted in the node's namespace "
+                            f"while the fault was on (/proc/net/snmp)")
+
+
+def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> None:
+    """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
+    import torch
+    import torch.distributed as dist
+
+    from hpcbench.dist.worker import progress, rank_setup
+    from hpcbench.models import MODELS
+    from hpcbench.monitor.sources.storage import ReadLatencyFeed
+    from hpcbench.parallel.modes import parallelize
+
+    rank = rank_setup(cfg, topo)
+    device = rank.device
+    ranks = _gather_pids(topo)
+    target = ranks[-1][0]                                   # the last node gets the faults
+    node = topo.node_name
+    node_lead = topo.local_rank == 0
+    target_pids = [pid for n, pid in ranks if n == target]
+    data = _data_folder(writer)
+    if rank.lead:
+        writer.add("topology", None, "", text=topo.describe(),
+                   labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
+        writer.add("faulty_node", None, "", text=target)
+    spec = MODELS.get(cfg.model)
+    torch.manual_seed(cfg.seed)
+    model = parallelize(spec.build().to(device), "ddp", topo, device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    batches = _Batches(data, cfg, topo)
+    feed = ReadLatencyFeed(Path(writer.path).parent.parent / f"monitor-{node}.feed")
+    windows: list[tuple[str, float, float]] = []
+    phase: dict[str, list] = {"read": []}
+
+    def on_read(seconds: float, nbytes: int) -> None:
+        feed.record_read(seconds)
+        phase["read"].append((seconds, nbytes))
+
+    with _node_sampler(cfg, writer, node, feed.path, node_lead, windows):
+        for fault in cfg.faults:
+            labels = {"fault": fault, "node": node, "faulty_node": node == target}
+            dist.barrier()
+            with _fault_on(fault, cfg, writer, node, target_pids, data, node_lead and node == target):
+                dist.barrier()
+                window_start = time.time()
+                for _ in range(cfg.warmup_steps):
+                    x, y = batches.next(on_read)
+                    spec.loss(model(x.to(device)), y.to(device)).backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                phase["read"].clear()
+                steps, started = [], time.perf_counter()
+                go = torch.ones(1)
+                while True:
+                    t0 = time.perf_counter()
+                    x, y = batches.next(on_read)
+                    t1 = time.perf_counter()
+                    spec.loss(model(x.to(device)), y.to(device)).backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    rank.sync()
+                    t2 = time.perf_counter()
+                    steps.append((t2 - t0, t1 - t0))
+                    # rank 0's clock ends the phase for everyone, so every rank runs the same steps
+                    go[0] = float(time.perf_counter() - started < cfg.phase_s or len(steps) < cfg.min_steps)
+                    dist.broadcast(go, src=0)
+                    if go[0] == 0:
+                        break
+                dist.barrier()
+                windows.append((fault, window_start, time.time()))
+            if rank.lead:  # the phase's window: the sampler's rows inside it belong to this fault
+                writer.add("phase", windows[-1][2] - window_start, "s", labels={"fault": fault},
+                           text=json.dumps({"start": window_start, "end": windows[-1][2]}), when=window_start)
+            for i, (step_s, data_s) in enumerate(steps):
+                writer.add("step_time", step_s, "s", step=i, labels=labels)
+                writer.add("data_time", data_s, "s", step=i, labels=labels)
+            for i, (read_s, nbytes) in enumerate(phase["read"]):
+                writer.add("read_time", read_s, "s", step=i, labels={**labels, "bytes": nbytes})
+            progress(f"{fault}: {len(steps)} steps, step p50 "
+                     f"{sorted(s for s, _ in steps)[len(steps) // 2] * 1e3:.0f} ms")
+    feed.close()

@@ -1,0 +1,132 @@
+"""The monitoring experiment run for real: its notebook under papermill in a SLURM job on the emulated cluster
+(2 nodes x 1 gloo rank), every fault applied for real on n2 at a short phase, the estimate and the presenter.
+
+Its rule is tested from recorded records in tests/experiments/test_monitoring.py; the faults themselves in
+tests/test_node_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from cluster_fixtures import require_cluster_prerequisites
+from hpcbench.cluster.node_faults import BLKIO_ROOT, CGROUP_PREFIX
+from hpcbench.core.results import find_record_files, read_records
+from hpcbench.experiments.monitoring.config import FAULTS, MonitoringConfig
+from hpcbench.experiments.monitoring.summary import summarize, verify_records
+from hpcbench.run.runner import run_suite
+from hpcbench.run.suite import parse_suite
+
+#: Every fault, 4 s each at 2 Hz: ~8 samples per phase, enough for a 3-sample alert; ~100 s in all.
+SHORT = dict(phase_s=4.0, interval_s=0.5, min_steps=4, warmup_steps=1)
+
+
+@pytest.fixture(scope="module")
+def cluster_run(emulated_cluster, tmp_path_factory):
+    require_cluster_prerequisites()
+    import os
+
+    saved = {k: os.environ.get(k) for k in emulated_cluster.env()}
+    os.environ.update(emulated_cluster.env())
+    try:
+        run_dir = tmp_path_factory.mktemp("monitoring") / "run"
+        suite = parse_suite({"name": "m", "tasks": [{"experiment": "monitoring", "params": SHORT}]})
+        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert status.state == "done", status.error
+    df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
+    return df, run_dir, emulated_cluster
+
+
+def test_every_fault_is_applied_on_n2_and_undone(cluster_run):
+    df, _, cluster = cluster_run
+    assert set(df["node"]) == {"n1", "n2"}
+    s = summarize(df).set_index("fault")
+    assert list(s.index) == list(FAULTS)
+    assert all(s.loc[f, "injected"] == True for f in FAULTS if f != "none")  # noqa: E712
+    logs = "\n".join(df[df["metric"] == "fault_injected"]["text"].dropna())
+    assert logs.count("on n2: undone") == 4 and "blkio.throttle.read_bps_device" in logs and "pinned to CPU" in logs
+    # nothing left behind: the link back at the cluster's rate, no throttle cgroup
+    n2 = cluster.node("n2")
+    host = subprocess.run(["tc", "qdisc", "show", "dev", n2.veth_host], capture_output=True, text=True).stdout
+    assert "rate 1Gbit" in host
+    assert not list(BLKIO_ROOT.glob(f"{CGROUP_PREFIX}-*"))
+    assert verify_records(df, MonitoringConfig.from_dict(SHORT)).ok
+
+
+def test_the_c6_metrics_catch_the_faults_they_can_see(cluster_run):
+    df, _, _ = cluster_run
+    s = summarize(df).set_index("fault")
+    # the short queue drops segments: the node's own counters and the sampler's rate both show it
+    dropped = df[df["metric"] == "fault_tcp_retransmitted"]
+    lossy = [json.loads(lab)["fault"] == "lossy_link" for lab in dropped["labels"]]
+    assert dropped[lossy]["value"].iloc[0] > 0.001
+    assert "tcp_retransmission_rate" in s.loc["lossy_link", "alerts"]
+    # throttled reads: the loader's P99 breaks 50 ms, on n2
+    assert "storage_read_p99" in s.loc["slow_storage", "alerts"] and s.loc["slow_storage", "read_p99_ms"] > 50
+    alerts = df[(df["metric"] == "monitor_alert")]
+    assert any(json.loads(lab).get("node") == "n2" and json.loads(lab)["alert_metric"] == "storage_read_p99"
+               for lab in alerts["labels"])
+    # the baseline raised none, and what this machine lacks is absent, never a number
+    assert s.loc["none", "alerts"] == ()
+    absent = " ".join(s.loc["none", "c6_absent"])
+    assert "sm_activity" in absent and "ib_retransmission_rate" in absent
+    assert s["util_metric"].eq("cpu_utilization").all() and s["utilisation"].notna().all()
+    assert (s.drop(index="none")["slowdown"] > 1.2).all()
+
+
+def test_notebook_shows_table_plot_findings_and_an_inconclusive_verdict(cluster_run):
+    _, run_dir, _ = cluster_run
+    (path,) = list((run_dir / "tasks").glob("*/notebook.ipynb"))
+    nb = nbformat.read(path, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "C6: inconclusive" in text and "n = 1 launches" in text and "PASS" in text
+    assert "lossy_link: step p50" in text and "caught by tcp_retransmission_rate" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert any("utilisation" in o.get("data", {}).get("text/html", "") for o in outputs)
+
+
+def test_presenter_renders_the_run(cluster_run):
+    from hpcbench.core.results import expand_labels
+    from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.report.aggregate import series_stats
+    from hpcbench.report.kit import ExperimentData
+    from hpcbench.report.ledger import summarize_launches
+
+    df = cluster_run[0].assign(source="run")
+    stats = expand_labels(series_stats(df[df["value"].notna()]))
+    text = expand_labels(df[df["value"].isna() & df["text"].notna()])
+    summaries = summarize_launches(df, summarize, "monitoring").assign(source="run")
+    sections = EXPERIMENTS.get("monitoring").present(ExperimentData("monitoring", ["run"], stats, text, None,
+                                                                    summaries))
+    table = next(t for t in sections[0].tables if t.id == "monitoring-faults")
+    assert [r[2].text for r in table.rows] == list(FAULTS)
+    assert sections[0].figures and sections[0].figures[0].png_base64
+
+
+def test_estimate_grows_with_phases_and_model():
+    from hpcbench.experiments import EXPERIMENTS
+
+    spec = EXPERIMENTS.get("monitoring")
+    est = lambda **p: spec.estimate(MonitoringConfig.from_dict(p))  # noqa: E731
+    default = est()
+    assert default.ranks == 2 and default.seconds and "sampler" in default.basis
+    assert est(phase_s=60.0).seconds > default.seconds
+    assert est(faults=["none"]).seconds < default.seconds
+    assert est(model="weather_small").memory_per_rank > default.memory_per_rank
+
+
+def test_notebook_parameters_match_the_config():
+    params = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "07_monitoring.ipynb", as_version=4)
+    cell = next(c for c in params.cells if "parameters" in c.metadata.get("tags", []))
+    for name in MonitoringConfig.field_names():
+        assert f"\n{name} = {getattr(MonitoringConfig(), name)!r}" in cell.source

@@ -1,0 +1,222 @@
+"""The node faults of :mod:`hpcbench.cluster.node_faults`, applied for real and undone.
+
+A lossy link on n2 of the emulated cluster makes a real TCP transfer retransmit (counted in n2's
+/proc/net/snmp) and is put back to the cluster's shaping; a blkio throttle slows a real process's
+page-cache-evicted reads; busy processes land on the CPUs a process may use and are gone
+afterwards; a fault that fails half-way, or whose body raises, leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_fixtures import require_cluster_prerequisites
+from conftest import missing
+from hpcbench.cluster import network
+from hpcbench.cluster.node_faults import (BLKIO_ROOT, CGROUP_PREFIX, CpuContention, DegradedLink, NodeFaultError,
+                                          SlowStorage, allowed_cpus, blkio_cgroup_of, block_device_of, node_link,
+                                          parse_cpu_list, storage_throttle_problem, tcp_counters)
+
+#: Bytes sent node to node through the degraded link (1 MB at 20 mbit/s: ~0.4 s; at 50 mbit/s ~0.17 s).
+TRANSFER_BYTES = 1 << 20
+
+_SERVER = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); print("ready", flush=True)
+c, _ = s.accept(); n = 0
+while True:
+    b = c.recv(1 << 16)
+    if not b: break
+    n += len(b)
+print(n, flush=True)
+"""
+_CLIENT = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+t = time.perf_counter(); c.sendall(b"x" * int(sys.argv[3])); c.shutdown(socket.SHUT_WR); c.recv(1)
+print(time.perf_counter() - t)
+"""
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        missing("node faults need root (tc, nsenter, the blkio cgroup tree)")
+
+
+def transfer(cluster, nbytes: int, port: int) -> float:
+    """Seconds to send ``nbytes`` from n2 to n1 over TCP (server in n1's namespace, client in n2's)."""
+    n1, n2 = cluster.node("n1"), cluster.node("n2")
+    server = subprocess.Popen(["nsenter", f"--net=/run/netns/{n1.netns}", sys.executable, "-c", _SERVER,
+                               n1.address, str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        out = subprocess.run(["nsenter", f"--net=/run/netns/{n2.netns}", sys.executable, "-c", _CLIENT,
+                              n1.address, str(port), str(nbytes)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert int(server.stdout.readline()) == nbytes
+        return float(out.stdout)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def qdiscs(cluster, node: str) -> str:
+    n = cluster.node(node)
+    host = subprocess.run(["tc", "qdisc", "show", "dev", n.veth_host], capture_output=True, text=True).stdout
+    inside = subprocess.run(["tc", "-n", n.netns, "qdisc", "show", "dev", n.veth_node], capture_output=True,
+                            text=True).stdout
+    return host + inside
+
+
+def test_lossy_link_retransmits_and_is_restored(emulated_cluster):
+    require_cluster_prerequisites()
+    before = qdiscs(emulated_cluster, "n2")
+    link = node_link(emulated_cluster, "n2")
+    with DegradedLink(link, "50mbit", queue_bytes=32000) as fault:
+        shaped = qdiscs(emulated_cluster, "n2")
+        seconds = transfer(emulated_cluster, TRANSFER_BYTES, 29731)
+    # tc shows the queue as latency beyond the bucket: none, so whatever the bucket cannot take is dropped
+    assert shaped.count("rate 50Mbit burst 32000b lat 0us") == 2, shaped
+    # the transfer crossed the cut link (1 MB at 50 mbit/s >= 0.17 s) and the short queue dropped segments
+    assert seconds >= TRANSFER_BYTES * 8 / 50e6 * 0.9
+    assert fault.retransmitted > 0 and fault.sent > 0
+    assert fault.log.undone and "restored rate 1gbit" in fault.log.describe()
+    assert qdiscs(emulated_cluster, "n2") == before
+    # the counters the fault read are n2's own: n1's namespace saw the transfer too, the host none of it
+    assert tcp_counters(link.node_netns)["RetransSegs"] >= fault.log.counters["after_RetransSegs"]
+
+
+def test_slow_link_only_cuts_the_rate_and_undoes_itself_when_the_body_raises(emulated_cluster):
+    require_cluster_prerequisites()
+    before = qdiscs(emulated_cluster, "n2")
+    fast = transfer(emulated_cluster, TRANSFER_BYTES, 29732)
+    with pytest.raises(RuntimeError, match="body failed"):
+        with DegradedLink(node_link(emulated_cluster, "n2"), "20mbit") as fault:
+            assert qdiscs(emulated_cluster, "n2").count("rate 20Mbit") == 2
+            slow = transfer(emulated_cluster, TRANSFER_BYTES, 29733)
+            raise RuntimeError("body failed")
+    assert fault.log.undone and qdiscs(emulated_cluster, "n2") == before
+    assert slow > 3 * fast, (slow, fast)
+
+
+def test_link_of_an_unknown_node_is_refused(emulated_cluster):
+    require_cluster_prerequisites()
+    with pytest.raises(NodeFaultError, match="no node 'n9'"):
+        node_link(emulated_cluster, "n9")
+    with pytest.raises(ValueError, match="not a tc rate"):
+        DegradedLink(node_link(emulated_cluster, "n2"), "fast")
+
+
+_READER = """
+import os, sys, time
+path = sys.argv[1]
+for line in sys.stdin:
+    fd = os.open(path, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    t = time.perf_counter(); n = 0
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b: break
+        n += len(b)
+    os.close(fd); print(n, time.perf_counter() - t, flush=True)
+"""
+
+
+def timed_read(reader: subprocess.Popen) -> float:
+    reader.stdin.write("go\n")
+    reader.stdin.flush()
+    return float(reader.stdout.readline().split()[1])
+
+
+@pytest.fixture
+def data_file(tmp_path) -> Path:
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(2 << 20))
+    os.sync()
+    return path
+
+
+def test_slow_storage_throttles_a_real_process_reads(data_file):
+    need_root()
+    problem = storage_throttle_problem(data_file)
+    if problem:
+        missing(problem)
+    reader = subprocess.Popen([sys.executable, "-c", _READER, str(data_file)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        cold = timed_read(reader)
+        with SlowStorage("n2", [reader.pid], data_file, read_bps=4 << 20, read_iops=1000) as fault:
+            assert blkio_cgroup_of(reader.pid) == "/" + fault.cgroup.name
+            throttled = timed_read(reader)
+        after = timed_read(reader)
+        assert blkio_cgroup_of(reader.pid) == "/" and not fault.cgroup.exists()
+    finally:
+        reader.kill()
+        reader.wait()
+    # 2 MiB at 4 MiB/s: about half a second, against milliseconds unthrottled
+    assert throttled >= 0.4 and cold < throttled / 4 and after < throttled / 4, (cold, throttled, after)
+    assert fault.log.counters["read_bytes"] >= 2 << 20
+    assert f"{block_device_of(data_file)} {4 << 20}" in fault.log.describe()
+
+
+def test_slow_storage_that_fails_half_way_leaves_no_cgroup(data_file):
+    need_root()
+    if storage_throttle_problem(data_file):
+        missing(storage_throttle_problem(data_file))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with pytest.raises(OSError):
+        with SlowStorage("n2", [gone.pid], data_file, read_bps=1 << 20):
+            pass
+    assert not list(BLKIO_ROOT.glob(f"{CGROUP_PREFIX}-*"))
+
+
+def test_slow_storage_refuses_memory_file_systems(tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm")
+    probe = shm / f"hpcbench-probe-{os.getpid()}"
+    probe.write_bytes(b"x")
+    try:
+        with pytest.raises(NodeFaultError, match="no block device"):
+            block_device_of(probe)
+        assert "no block device" in storage_throttle_problem(probe)
+    finally:
+        probe.unlink()
+
+
+def test_cpu_contention_pins_busy_processes_to_the_ranks_cpus_and_stops_them():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cpus = allowed_cpus(sleeper.pid)
+        with CpuContention("n2", [sleeper.pid], per_cpu=1) as fault:
+            pids = [p.pid for p in fault.procs]
+            assert len(pids) == len(cpus)
+            time.sleep(0.5)
+            assert sorted(allowed_cpus(p)[0] for p in pids) == cpus  # each pinned to one of the ranks' CPUs
+            assert all(len(allowed_cpus(p)) == 1 for p in pids)
+            assert fault.busy_cpu_seconds() > 0.1
+        assert all(not Path(f"/proc/{p}").exists() for p in pids)
+        assert fault.log.undone and f"CPUs {cpus}" in fault.log.describe()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_cpu_list_and_refusals():
+    assert parse_cpu_list("0-3,6") == [0, 1, 2, 3, 6] and parse_cpu_list("1\n") == [1]
+    with pytest.raises(NodeFaultError, match="no process"):
+        CpuContention("n2", [])
+    with pytest.raises(NodeFaultError, match="per_cpu"):
+        CpuContention("n2", [os.getpid()], per_cpu=0)
+    fault = CpuContention("n2", [os.getpid()])
+    with fault:
+        with pytest.raises(NodeFaultError, match="already applied"):
+            fault.__enter__()
+    assert not fault.procs and network.NODE_IFNAME == "hpcb0"
