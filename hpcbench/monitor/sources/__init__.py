@@ -17,6 +17,7 @@ replay recorded answers (``tests/fixtures/monitor``).
 
 from __future__ import annotations
 
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -128,6 +129,15 @@ class Source:
 
 #: Registered source classes by name; ``SOURCES.get("tcp")(root=...)`` builds one.
 SOURCES: Registry[type[Source]] = Registry("monitor source")
+
+
+def run_command(argv: list[str], timeout_s: float = 10) -> tuple[int, str]:
+    """``(exit status, stdout + stderr)`` of a probe command; a missing program or a hang is status 1 with why."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, str(exc)
+    return done.returncode, done.stdout + done.stderr
 
 
 def create_sources(names: Iterable[str] | None = None, **options: dict) -> list[Source]:

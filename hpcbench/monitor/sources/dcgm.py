@@ -20,10 +20,9 @@ Reference: DCGM docs, "dcgmi dmon" and "Profiling Metrics" (field ids 1001-1005)
 from __future__ import annotations
 
 import shutil
-import subprocess
 from typing import Callable, Iterable, Sequence
 
-from hpcbench.monitor.sources import Sample, Source
+from hpcbench.monitor.sources import Sample, Source, run_command
 
 #: DCGM field id -> (dmon column, our metric). All are fractions 0..1.
 FIELDS: dict[int, tuple[str, str]] = {
@@ -85,7 +84,7 @@ class DcgmSource(Source):
         if unknown:
             raise ValueError(f"fields: unknown DCGM field ids {unknown}; known: {sorted(FIELDS)}")
         self.fields = tuple(fields)
-        self._runner = runner or _run
+        self._runner = runner or run_command
         self._which = which
         self._reason: str | None = None
         self._checked = False
@@ -97,7 +96,7 @@ class DcgmSource(Source):
     def available(self) -> str | None:
         if not self._checked:
             self._checked = True
-            if self._runner is _run and self._which("dcgmi") is None:
+            if self._runner is run_command and self._which("dcgmi") is None:
                 self._reason = "dcgmi not found (DCGM is not installed)"
             else:
                 rc, text = self._runner(self.argv)
@@ -109,14 +108,6 @@ class DcgmSource(Source):
     def _read(self) -> Iterable[Sample]:
         rc, text = self._runner(self.argv)
         return parse_dmon(text) if rc == 0 else []
-
-
-def _run(argv: list[str]) -> tuple[int, str]:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, str(exc)
-    return done.returncode, done.stdout + done.stderr
 
 
 SOURCE = DcgmSource

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from hpcbench.monitor.sources import Sample, Source
+from hpcbench.monitor.sources import Sample, Source, run_command
 
 EVENTS = ("cache-references", "cache-misses")
 PERF_PACKAGE_HINT = "Debian/Ubuntu package linux-perf (or linux-tools-$(uname -r))"
@@ -89,7 +89,7 @@ class PerfCacheSource(Source):
                  which: Callable[[str], str | None] = shutil.which, clock: Callable[[], float] | None = None):
         super().__init__(clock=clock)
         self.perf, self.step_ms = perf, int(step_ms)
-        self._runner = runner or _run
+        self._runner = runner or run_command
         self._which = which
         self._proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
@@ -102,7 +102,7 @@ class PerfCacheSource(Source):
     def available(self) -> str | None:
         if not self._checked:
             self._checked = True
-            if self._runner is _run and self._which(self.perf) is None:
+            if self._runner is run_command and self._which(self.perf) is None:
                 self._reason = f"perf is not installed ({PERF_PACKAGE_HINT})"
             else:
                 rc, text = self._runner([self.perf, "stat", "-x,", "-a", "-e", ",".join(EVENTS), "--", "sleep", "0.05"])
@@ -159,14 +159,6 @@ class PerfCacheSource(Source):
             self._proc.kill()
             self._proc.wait()
         self._proc = None
-
-
-def _run(argv: list[str]) -> tuple[int, str]:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, str(exc)
-    return done.returncode, done.stdout + done.stderr
 
 
 SOURCE = PerfCacheSource
