@@ -79,7 +79,7 @@ def test_the_c6_metrics_catch_the_faults_they_can_see(cluster_run):
     assert s.loc["none", "alerts"] == ()
     absent = " ".join(s.loc["none", "c6_absent"])
     assert "sm_activity" in absent and "ib_retransmission_rate" in absent
-    assert s["util_metric"].eq("cpu_utilization").all() and s["utilisation"].notna().all()
+    assert s["util_metric"].eq("rank_cpu_utilization").all() and s["utilisation"].notna().all()
     assert (s.drop(index="none")["slowdown"] > 1.2).all()
 
 

@@ -12,7 +12,9 @@ import datetime as dt
 import json
 import re
 import shutil
+import subprocess
 import types
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -23,8 +25,9 @@ from hpcbench.report import build_report, ledger
 from hpcbench.report.publish import (DIFFERS, PUBLICATIONS_JSON, REPORT_JSON, load_publications,
                                      publish_report, report_manifest, write_report_manifest)
 
-from conftest import render_in_chromium
-from test_report import EXPECTED_CLAIMS, FakeRow, _table, make_run
+from conftest import CHROMIUM_FLAGS, render_in_chromium
+from test_report import (EXPECTED_CLAIMS, LINKED_NOTEBOOK_COPY, FakeRow, _table, add_linked_files, linked_hrefs,
+                         make_run)
 
 #: The fake claims' verdicts per run; beta disagrees with alpha on C2 only.
 ALPHA = {"C1": "reproduced", "C2": "reproduced", "C3": "not reproduced", "C4": "inconclusive",
@@ -244,7 +247,56 @@ def test_index_escapes_every_text(tmp_path):
                              "not measured yet": "0"}
 
 
+# -- linked files ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def linked_site(cluster, tmp_path_factory) -> tuple[Path, bytes]:
+    """A report whose failed task links its notebook, published; then the run directory is
+    removed, as it would be missing on a colleague's machine.
+
+    Returns:
+        The publication's folder and the notebook's bytes.
+    """
+    root = tmp_path_factory.mktemp("linked")
+    run = make_run(root / "runs", "linked")
+    notebook = add_linked_files(run)["notebook"].read_bytes()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ledger, "evaluate_claims", fake_evaluate_claims)
+        build_report([run], root / "report", scheduler=cluster.scheduler_address, progress=lambda _: None)
+    publication = publish_report(root / "report", root / "site", now=DAY1)
+    shutil.rmtree(run)
+    return root / "site" / publication.slug, notebook
+
+
+def test_publish_carries_the_linked_files(linked_site):
+    page_dir, notebook = linked_site
+    html = (page_dir / "index.html").read_text()
+    hrefs = linked_hrefs(html)
+    assert LINKED_NOTEBOOK_COPY in hrefs
+    assert (page_dir / LINKED_NOTEBOOK_COPY).read_bytes() == notebook
+    # Every copied file's link resolves in the published folder, with the run directory gone.
+    assert hrefs and all((page_dir / h).is_file() for h in hrefs)
+    assert 'href="file:' not in html
+
+
 # -- Chromium ----------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_published_file_link_resolves_in_headless_chromium(linked_site, chromium, tmp_path):
+    """Chromium reads the link from the published page and opens what it points at, resolved
+    against the page's own address as a click would."""
+    page_dir, _ = linked_site
+
+    def dump_dom(url: str, profile: str) -> str:
+        done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / profile}", "--dump-dom", url],
+                              capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    page_url = (page_dir / "index.html").resolve().as_uri()
+    href = re.search(rf'href="({re.escape(LINKED_NOTEBOOK_COPY)})"', dump_dom(page_url, "page")).group(1)
+    assert "the &lt;linked&gt; notebook" in dump_dom(urllib.parse.urljoin(page_url, href), "target")
+
 
 @pytest.mark.integration
 def test_index_renders_in_headless_chromium(reports, chromium, tmp_path):

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import types
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,9 @@ import pytest
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.metrics import busbw
-from hpcbench.report import aggregate, build_report, render
+from hpcbench.report import aggregate, build_report, render, report_folder
+from hpcbench.report.kit import Cell, Table, file_link
+from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, safe_file_name
 from hpcbench.core.units import format_bytes
 from hpcbench.core.results import RecordContext, RecordWriter
 
@@ -122,6 +125,49 @@ def make_run(root: Path, run_id: str, *, scale: float = 1.0, broken: bool = Fals
         foreign.parent.mkdir(parents=True)
         pd.DataFrame({"x": [1, 2], "y": ["a", "b"]}).to_parquet(foreign)
     return run
+
+
+#: The notebook of the failed task :func:`add_linked_files` writes; a space to make safe.
+LINKED_NOTEBOOK = "out notebook.ipynb"
+#: Where its copy goes in the report folder of a run labelled ``linked``.
+LINKED_NOTEBOOK_COPY = f"{FILES_SUBDIR}/linked/collectives.linked.r0/out_notebook.ipynb"
+COMM_TASK = "comm_modes.default.r0"
+
+
+def add_linked_files(run: Path, *, big_trace_bytes: int = 0) -> dict[str, Path]:
+    """Files the report links: a failed task's notebook and a comm_modes trace per rank.
+
+    Rank 1's trace is padded to ``big_trace_bytes`` (to pass a lowered size cap).
+
+    Returns:
+        ``notebook``, ``trace0`` and ``trace1``: the files as the run holds them.
+    """
+    failed = run / "tasks" / "collectives.linked.r0"
+    _write_status(failed, state="failed", error="boom", variant="linked", notebook=LINKED_NOTEBOOK)
+    (failed / LINKED_NOTEBOOK).write_text('{"cells": [], "note": "the <linked> notebook"}')
+    task_dir = run / "tasks" / COMM_TASK
+    _write_status(task_dir, experiment="comm_modes", variant="default")
+    ctx = RecordContext(run_id=run.name, suite="smoke", experiment="comm_modes", task_id=COMM_TASK)
+    labels = {"model": "mlp", "mode": "ddp", "bucket_cap_mb": 25}
+    files = {"notebook": failed / LINKED_NOTEBOOK}
+    for rank in (0, 1):
+        # Where hpcbench.diag writes them: <task dir>/trace/<rank>.json, recorded resolved.
+        trace = task_dir / "trace" / f"{rank}.json"
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        trace.write_text(json.dumps({"traceEvents": [], "rank": rank}).ljust(big_trace_bytes if rank else 0))
+        files[f"trace{rank}"] = trace
+        with RecordWriter(task_dir / "records" / f"rank{rank}.parquet",
+                          ctx.for_rank(node="n1", rank=rank, world_size=2)) as w:
+            for step, seconds in enumerate((0.1, 0.2, 0.3)):
+                w.add("step_time", seconds, "s", step=step, labels={**labels, "comm": "mode"})
+                w.add("throughput", 64 / seconds, "samples/s", step=step, labels={**labels, "scope": "total"})
+            w.add("trace_file", None, "", labels=labels, text=str(trace.resolve()))
+    return files
+
+
+def linked_hrefs(html: str) -> list[str]:
+    """The page's links into its own ``files/``, unescaped."""
+    return [urllib.parse.unquote(h) for h in re.findall(rf'href="({FILES_SUBDIR}/[^"]+)"', html)]
 
 
 @pytest.fixture(scope="module")
@@ -363,6 +409,101 @@ def test_same_run_id_twice_gets_unique_labels(tmp_path, client):
     result = aggregate([tmp_path / "x", tmp_path / "y"], client, progress=lambda _: None)
     assert result.labels == ["same", "same (2)"]
     assert result.stats.empty and result.unreadable == []
+
+
+# -- linked files ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def linked_report(cluster, tmp_path_factory):
+    """A report whose failed tasks link notebooks (one missing) and whose comm_modes links traces;
+    the per-file cap lowered so that rank 1's 8 KiB trace stays out."""
+    root = tmp_path_factory.mktemp("linked")
+    run = make_run(root, "linked", broken=True)
+    files = add_linked_files(run, big_trace_bytes=8192)
+    warnings: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report_folder, "MAX_LINKED_FILE_BYTES", 4096)
+        index = build_report([run], root / "report", scheduler=cluster.scheduler_address, progress=lambda _: None,
+                             warn=warnings.append)
+    return index, files, warnings
+
+
+def test_linked_notebooks_are_copied_and_linked_relatively(linked_report):
+    index, files, _ = linked_report
+    html = index.read_text()
+    folder = index.parent
+    assert (folder / LINKED_NOTEBOOK_COPY).read_bytes() == files["notebook"].read_bytes()
+    assert LINKED_NOTEBOOK_COPY in linked_hrefs(html)
+    # Every relative link resolves inside the folder; no temporary copy (a hidden file) is left.
+    assert all((folder / h).is_file() for h in linked_hrefs(html))
+    assert sorted(p.relative_to(folder).as_posix() for p in (folder / FILES_SUBDIR).rglob("*") if p.is_file()) == \
+        sorted(linked_hrefs(html))
+    failed = _table(html, "failed-tasks-table")
+    assert f'href="{LINKED_NOTEBOOK_COPY}"' in failed and "the &lt;linked&gt; notebook" not in html
+    # The broken task's status names a notebook that was never written: "missing", no link.
+    broken_row = re.search(r"<tr[^>]*>(?:(?!</tr>).)*collectives\.broken\.r0.*?</tr>", failed, re.S).group(0)
+    assert '<span class="part detail warn">missing</span>' in broken_row and "href" not in broken_row
+
+
+def test_linked_traces_are_copied_unless_over_the_cap(linked_report):
+    index, files, warnings = linked_report
+    html = index.read_text()
+    folder = index.parent
+    trace0 = f"{FILES_SUBDIR}/linked/{COMM_TASK}/0.json"
+    assert (folder / trace0).read_bytes() == files["trace0"].read_bytes()
+    traces = _table(html, "comm-modes-traces")
+    assert f'href="{trace0}"' in traces
+    # Rank 1's trace is over the (lowered) cap: not copied, its absolute link kept and marked.
+    assert not (folder / FILES_SUBDIR / "linked" / COMM_TASK / "1.json").exists()
+    assert f'href="{files["trace1"].resolve().as_uri()}"' in traces
+    assert "not copied: 8.0 KiB &gt; 4 KiB cap per file; the link works only on the machine that ran it" in traces
+    assert html.count('href="file:') == 1
+    assert [w for w in warnings if "not copied" in w] == [
+        "1 linked file(s) not copied into the report, their links work only on this machine: "
+        f"{files['trace1'].resolve()} (not copied: 8.0 KiB > 4 KiB cap per file)"]
+
+
+def test_linked_files_names_caps_and_refusals(tmp_path):
+    """Without a cluster: unique safe names, one copy per file, the total cap, files outside the runs."""
+    run, out = tmp_path / "run", tmp_path / "report"
+    (run / "a").mkdir(parents=True)
+    (run / "b").mkdir()
+    out.mkdir()
+    (run / "a" / "x.json").write_text("a" * 10)
+    (run / "b" / "x.json").write_text("b" * 10)
+    (run / "c.json").write_text("c" * 10)
+    secret = tmp_path / "id_rsa"
+    secret.write_text("private")
+    (run / "escape.txt").symlink_to(secret)  # inside the run, pointing out of it
+    files = LinkedFiles(out, [run], max_total_bytes=25)
+    table = Table(columns=["file"], rows=[
+        [file_link(run / "a" / "x.json", folder=("src 1", "../t"))],
+        [file_link(run / "b" / "x.json", "second", folder=("src 1", "../t"))],  # same name, same folder
+        [file_link(run / "b" / ".." / "a" / "x.json")],  # the first file again: no second copy
+        [file_link(run / "c.json")],  # 30 bytes in all: over the total cap
+        [file_link(run / "escape.txt")],
+        [Cell(parts=(Cell("trace"), file_link(tmp_path / "gone.json")))],
+    ])
+    files.resolve_tables([table])
+    cells = [row[0] for row in table.rows]
+    assert [c.href for c in cells[:3]] == ["files/src_1/_t/x.json", "files/src_1/_t/x-2.json", "files/src_1/_t/x.json"]
+    assert cells[1].text == "second"
+    assert (out / "files/src_1/_t/x-2.json").read_text() == "b" * 10 and files.copied_bytes == 20
+    link, note = cells[3].parts
+    assert link.href == (run / "c.json").as_uri() and note.text.startswith("not copied: 10 B more would pass")
+    link, note = cells[4].parts
+    assert link.href == secret.as_uri() and "outside the report's run directories" in note.text
+    assert not any(p.name in ("id_rsa", "escape.txt") for p in out.rglob("*"))
+    # A link inside parts: its two lines are spliced in, one level, as the page shows them.
+    assert [(p.text, p.href) for p in cells[5].parts] == [("trace", None), ("gone.json", None), ("missing", None)]
+    assert all(c.file is None for c in cells)
+    # A page rendered without a report folder keeps absolute links, and says so.
+    alone = LinkedFiles(None, [run]).resolve(file_link(run / "c.json"))
+    assert alone.parts[0].href == (run / "c.json").as_uri()
+    assert "rendered without a report folder" in alone.parts[1].text
+    assert safe_file_name("../.ssh/id rsa") == "_.ssh_id_rsa" and safe_file_name("..") == "file"
+    assert report_folder.MAX_LINKED_FILE_BYTES == 50 << 20
+    assert report_folder.MAX_LINKED_FILES_TOTAL_BYTES >= report_folder.MAX_LINKED_FILE_BYTES
 
 
 # -- Chromium --------------------------------------------------------------------

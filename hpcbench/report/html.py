@@ -5,7 +5,9 @@ aggregates the records there (:mod:`hpcbench.report.aggregate`), evaluates the
 claims ledger per source, asks each experiment's presenter for its sections and
 renders ``template.html`` with jinja2 (autoescape on: every string that comes from
 a config, a record, a status file or a notebook is escaped; nothing is marked safe).
-Plots are inline base64 PNGs and the CSS is inline, so ``index.html`` is self-contained.
+Plots are inline base64 PNGs and the CSS is inline, so ``index.html`` is self-contained;
+files of the run the page links (notebooks, traces) are copied into the folder's ``files/``
+and linked relatively (:class:`hpcbench.report.report_folder.LinkedFiles`), so the folder is.
 The folder is written aside and swapped in whole (:mod:`hpcbench.report.report_folder`).
 """
 
@@ -23,10 +25,10 @@ import pandas as pd
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import COLUMNS, empty_frame
 from hpcbench.report.aggregate import Aggregate, Source, aggregate, check_sources, load_sources, print_warning
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, fmt_number, page_template, png_of,
-                                 present_stats, slug)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, file_link, fmt_number, page_template,
+                                 png_of, present_stats, slug)
 from hpcbench.report.publish import report_manifest, write_report_manifest
-from hpcbench.report.report_folder import replacing_report_folder
+from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, replacing_report_folder
 
 if TYPE_CHECKING:
     from hpcbench.report.dask_slurm import DaskSlurmConfig
@@ -84,11 +86,26 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
         # Resolved here so that the page and report.json carry the same title.
         title = title or "hpcbench report: " + ", ".join(agg.labels)
         ledger = evaluate_ledger(agg, claims)
-        html = render(agg, claims=claims, title=title, ledger=ledger)
+        files = LinkedFiles(building, [s.run_dir for s in agg.sources])
+        html = render(agg, claims=claims, title=title, ledger=ledger, files=files)
+        if files.copies:
+            progress(f"report: copied {len(files.copies)} linked file(s), {files.copied_bytes / (1 << 20):.1f} MiB, "
+                     f"into {out / FILES_SUBDIR}")
+        _warn_not_copied(files, warn)
         progress(f"report: writing {out / 'index.html'}")
         (building / "index.html").write_text(html, encoding="utf-8")
         write_report_manifest(building, report_manifest(title, agg.sources, _verdicts_by_source(agg, ledger)))
     return out / "index.html"
+
+
+def _warn_not_copied(files: LinkedFiles, warn: Callable[[str], None]) -> None:
+    """One warning for the linked files left out of the report folder: their links break when it moves."""
+    if not files.not_copied:
+        return
+    first, reason = next(iter(files.not_copied.items()))
+    more = f" and {len(files.not_copied) - 1} more" if len(files.not_copied) > 1 else ""
+    warn(f"{len(files.not_copied)} linked file(s) not copied into the report, their links work only on this "
+         f"machine: {first} ({reason}){more}")
 
 
 def evaluate_ledger(agg: Aggregate, claims: _Claims) -> dict[str, list | Exception]:
@@ -314,9 +331,7 @@ def failed_tasks_section(agg: Aggregate) -> Section:
     for t in failed:
         notebook = Cell("–")
         if t.notebook is not None:
-            path = t.notebook.resolve()
-            # Built from a resolved path, the link can only be a file: URL.
-            notebook = Cell(str(t.notebook), href=path.as_uri())
+            notebook = file_link(t.notebook, str(t.notebook), folder=(t.source, t.task_id))
         rows.append([Cell(t.source), Cell(t.task_id), Cell(t.experiment), Cell(t.variant), Cell(t.state),
                      Cell(t.error or "", "error"), notebook])
     section.tables.append(Table(columns=["source", "task", "experiment", "variant", "state", "error", "notebook"],
@@ -389,11 +404,19 @@ def _version() -> str:
 
 
 def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None = None,
-           ledger: dict[str, list | Exception] | None = None) -> str:
-    """The report page as a string."""
+           ledger: dict[str, list | Exception] | None = None, files: LinkedFiles | None = None) -> str:
+    """The report page as a string.
+
+    Args:
+        files: copies the files cells link into the report folder and links them relatively;
+            default: no folder, so such links stay absolute ``file:`` URLs, marked as such.
+    """
     claims = claims or _claims_api()
     sections = [ledger_section(agg, claims, ledger), failed_tasks_section(agg), unreadable_section(agg),
                 *experiment_sections(agg)]
+    if files is None:
+        files = LinkedFiles(None, [s.run_dir for s in agg.sources])
+    files.resolve_tables([t for s in sections for t in s.tables])
     counts = {state: sum(1 for t in agg.tasks if t.state == state) for state in ("done", "failed")}
     counts["other"] = len(agg.tasks) - counts["done"] - counts["failed"]
     created = sorted({str(s.info["created"]) for s in agg.sources if s.info.get("created")})

@@ -4,6 +4,12 @@ A presenter is registered under its experiment's name in :data:`PRESENTERS`; an
 experiment without one gets :func:`present_stats`, the generic statistics table.
 Presenters build :class:`Table` and :class:`Figure` objects holding plain strings;
 the template escapes every one of them, so nothing here writes HTML.
+
+A cell can link a file of the run (a notebook, a trace) with :func:`file_link`: the
+presenter names the file, and the report writer, which alone knows the report folder,
+copies it into ``files/`` there and links it by a relative path
+(:class:`hpcbench.report.report_folder.LinkedFiles`), so the folder stays whole when it is
+published or copied to another machine.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
@@ -21,6 +28,17 @@ import pandas as pd
 from hpcbench.core.results import label_keys
 
 # -- the document model ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class LinkedFile:
+    """A file of the run that a cell links to; the report writer copies it into the report folder."""
+
+    path: Path
+    """Where the file is now (absolute, as the run recorded it)."""
+    folder: tuple[str, ...] = ()
+    """Where its copy goes under the report's ``files/``, e.g. ``(source, task id)``; each
+    part is made a safe folder name."""
+
 
 @dataclass
 class Cell:
@@ -30,6 +48,32 @@ class Cell:
     cls: str = ""
     href: str | None = None
     parts: tuple["Cell", ...] = ()
+    file: LinkedFile | None = None
+    """A file to link: the writer replaces the cell by one whose ``href`` is the file's copy in
+    the report folder (see :func:`file_link`); ``href`` is then ignored."""
+
+
+def file_link(path: str | Path, label: str | None = None, *, folder: Sequence[str] = ()) -> Cell:
+    """A table cell that links a file of the run, copied into the report folder when it is written.
+
+    Presenters need not know the report folder: the report writer
+    (:class:`hpcbench.report.report_folder.LinkedFiles`) copies the file to
+    ``files/<folder...>/<name>`` there and links it by that relative path. A file that is
+    missing says so; one over the size caps, or outside the report's run directories, is
+    not copied and keeps its absolute ``file:`` link, marked as working only on the machine
+    that holds the file. Works in table cells (and their ``parts``), not in section notes.
+
+    Args:
+        path: the file; absolute, as recorded by the run.
+        label: the text shown (default: the file's name).
+        folder: sub-folders of ``files/`` for the copy, e.g. ``(source, task_id)``, so that
+            files of the same name from different tasks stay apart.
+
+    Returns:
+        A :class:`Cell` with :attr:`Cell.file` set.
+    """
+    path = Path(path)
+    return Cell(label if label is not None else path.name, file=LinkedFile(path, tuple(map(str, folder))))
 
 
 @dataclass

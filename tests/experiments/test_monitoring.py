@@ -101,6 +101,23 @@ def test_not_reproduced_when_a_fault_utilisation_hid_is_missed(tmp_path):
     assert "slow_storage: detected 0/8, missed 8/8" in row.measured
 
 
+def test_the_ranks_own_utilisation_comes_before_the_hosts(tmp_path):
+    """On CPU the host-wide share counts every other process on the shared cores: the ranks' own busy share
+    is the plain utilisation (here it shows slow storage, which the host's 97 % hides)."""
+    records = write_launch(tmp_path, 0)
+    ctx = RecordContext(run_id="run1", experiment="monitoring", task_id="monitoring.r0", params=PARAMS, node="n2",
+                        rank=1, world_size=2)
+    with RecordWriter(tmp_path / "rank.parquet", ctx) as w:
+        for fault in FAULTS:
+            w.add("rank_cpu_utilization", 0.3 if fault == "slow_storage" else 0.95, "fraction",
+                  labels={"fault": fault, "node": "n2"})
+    s = summarize(pd.concat([records, read_records(tmp_path / "rank.parquet")], ignore_index=True))
+    s = s.set_index("fault")
+    assert set(s["util_metric"]) == {"rank_cpu_utilization"}
+    assert s.loc["slow_storage", "utilisation"] == pytest.approx(0.3) and not s.loc["slow_storage", "util_healthy"]
+    assert s.loc["lossy_link", "util_healthy"]
+
+
 def test_an_alert_of_another_metric_does_not_catch_a_fault(tmp_path):
     """A storage alert during cpu_contention is shown, but that fault is judged by its own metrics (absent here)."""
     s = summarize(write_launch(tmp_path, 0, effect={**EFFECT, "cpu_contention": {"storage_read_p99": 0.2}}))

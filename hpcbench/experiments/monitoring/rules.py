@@ -12,7 +12,8 @@ member, each a share over launches with a Wilson interval (Bonferroni across mem
   thresholds leave a healthy run alone in most launches);
 * **caught while utilisation looked healthy**, per injected fault — over the launches where the
   fault was really applied *and* plain utilisation (``gpu_utilization`` where a GPU was sampled,
-  else ``cpu_utilization``, the phase's median) lay in the healthy band **>= 80 %**
+  else the ranks' own CPU busy share, ``rank_cpu_utilization``, the phase's median; see
+  ``summary.UTILISATION_PREFERENCE``) lay in the healthy band **>= 80 %**
   (:data:`~hpcbench.experiments.monitoring.summary.UTIL_HEALTHY_MIN`, the bar the guide sets for
   SM efficiency), the share where an alert of one of *its own* C6 metrics fired (``detected``;
   else ``missed``): SM efficiency for every fault (the GPU waits), the retransmission rate for a

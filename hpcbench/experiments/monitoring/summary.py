@@ -4,9 +4,10 @@ Read by the notebook, the report and the C6 rule alike. A fault phase's row says
 
 * whether the fault was really applied (``injected``; the injector's log or why not);
 * the training it hurt: step time p50 (slowest rank per step) and its ratio to the baseline;
-* what plain utilisation showed: ``gpu_utilization`` where a GPU was sampled, else
-  ``cpu_utilization`` (the median of the phase's samples over all nodes), and whether it
-  lay in the healthy band (:data:`UTIL_HEALTHY_MIN`, fixed in advance);
+* what plain utilisation showed: ``gpu_utilization`` where a GPU was sampled, else the
+  ranks' own ``rank_cpu_utilization``, else the host's ``cpu_utilization`` (the median over
+  the phase's samples or ranks; :data:`UTILISATION_PREFERENCE`), and whether it lay in the
+  healthy band (:data:`UTIL_HEALTHY_MIN`, fixed in advance);
 * the C6 metrics (:data:`hpcbench.monitor.thresholds.C6_THRESHOLDS`): each one's worst
   value in the phase, or "absent" with the sampler's reason; the alerts
   (:func:`~hpcbench.monitor.thresholds.evaluate`, ``sustain`` samples in a row, any node);
@@ -31,8 +32,15 @@ EXPERIMENT = "monitoring"
 #: bar the guide sets for the GPU metric of the same claim (SM efficiency > 80 %), applied to what an
 #: operator watching only utilisation sees. Below it, utilisation itself shows that something is wrong.
 UTIL_HEALTHY_MIN = GUIDE_C6_SM_EFFICIENCY_MIN
+#: Sampled utilisation, per device or host.
 UTILISATION_METRICS = ("gpu_utilization", "cpu_utilization")
-TRAINING_METRICS = ("step_time", "read_time", "fault_injected", "fault_tcp_retransmitted", "phase")
+#: Each rank's own CPU busy share per phase, recorded by the worker (not sampled).
+RANK_UTILISATION = "rank_cpu_utilization"
+#: The "plain utilisation" an operator watches, in order of preference: the GPU's where one was
+#: sampled; else the training processes' own CPU share (the host-wide figure also counts every other
+#: process on the node, on the emulated cluster the other nodes' ranks); the host's as a last resort.
+UTILISATION_PREFERENCE = ("gpu_utilization", RANK_UTILISATION, "cpu_utilization")
+TRAINING_METRICS = ("step_time", "read_time", "fault_injected", "fault_tcp_retransmitted", "phase", RANK_UTILISATION)
 
 
 def in_window(frame: Any, start: float, end: float, interval_s: float) -> Any:
@@ -134,7 +142,7 @@ def summarize(records: Any) -> Any:
         if fault == NO_FAULT:
             base_step = step_p50
         reads = g[(g["metric"] == "read_time") & g["value"].notna()]["value"]
-        util_metric = next((m for m in UTILISATION_METRICS if g[(g["metric"] == m)]["value"].notna().any()), None)
+        util_metric = next((m for m in UTILISATION_PREFERENCE if g[(g["metric"] == m)]["value"].notna().any()), None)
         util = g[(g["metric"] == util_metric)]["value"].dropna() if util_metric else pd.Series(dtype=float)
         utilisation = float(util.median()) if len(util) else math.nan
         monitor = g[g["metric"].isin(c6)]

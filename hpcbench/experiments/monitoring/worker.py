@@ -28,6 +28,7 @@ from typing import Any, Iterator
 from hpcbench.core.results import RecordWriter
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.monitoring.config import NO_FAULT, MonitoringConfig
+from hpcbench.experiments.monitoring.summary import RANK_UTILISATION
 
 #: Time steps per shard of the generated data set; 2 shards hold 62 forecasting pairs.
 STEPS_PER_SHARD, SHARDS = 32, 2
@@ -269,7 +270,7 @@ def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> N
                     opt.step()
                     opt.zero_grad(set_to_none=True)
                 phase["read"].clear()
-                steps, started = [], time.perf_counter()
+                steps, started, cpu_start = [], time.perf_counter(), time.process_time()
                 go = torch.ones(1)
                 while True:
                     t0 = time.perf_counter()
@@ -286,11 +287,17 @@ def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> N
                     dist.broadcast(go, src=0)
                     if go[0] == 0:
                         break
+                busy = (time.process_time() - cpu_start) / ((time.perf_counter() - started) * torch.get_num_threads())
                 dist.barrier()
                 windows.append((fault, window_start, time.time()))
             if rank.lead:  # the phase's window: the sampler's rows inside it belong to this fault
                 writer.add("phase", windows[-1][2] - window_start, "s", labels={"fault": fault},
                            text=json.dumps({"start": window_start, "end": windows[-1][2]}), when=window_start)
+            # What `top` shows for the training process (the CPU analogue of a GPU's utilisation): its
+            # CPU time over the phase's wall time x its intra-op threads; the host-wide figure would
+            # count the emulated nodes' neighbours and any other load on the shared cores.
+            writer.add(RANK_UTILISATION, busy, "fraction", labels=labels,
+                       text="process CPU time / (wall time x intra-op threads) over the timed steps")
             for i, (step_s, data_s) in enumerate(steps):
                 writer.add("step_time", step_s, "s", step=i, labels=labels)
                 writer.add("data_time", data_s, "s", step=i, labels=labels)
