@@ -167,3 +167,20 @@ def test_losses_and_gradient_errors(run):
         assert ablation["loss_vs_none"] > quant["loss_vs_none"] + 0.1 and ablation["loss_ok"] is None
     saved = json.loads(df["params"].iloc[0])
     assert saved["bucket_cap_mb"] == 4.0 and saved["skip"] == ["layer_norm", "ln_", "norm"]
+
+
+def test_diagnostics_step_phases_of_the_timed_steps_same_start_and_tf32(run):
+    """T-diag: every timed step of every series (the no-op one too) split into phases on every rank."""
+    cfg, df, s, *_ = run
+    phases = df[(df["metric"] == "step_phase_seconds") & df["value"].notna()]
+    labs = phases["labels"].map(json.loads)
+    assert {lab["phase"] for lab in labs} == {"forward", "backward", "comm_wait", "optimizer", "other"}
+    assert set(phases["rank"]) == set(range(WORLD))
+    series = len(cfg.modes) + 7  # a no-op run per mode and the 7 series that ran
+    assert len(phases) == WORLD * series * STEPS * 5
+    ran = s[s["note"] == ""]
+    assert (ran["backward_p50_ms"] > 0).all() and (ran["forward_p50_ms"] > 0).all()
+    assert ran["jitter_max"].notna().all()
+    same = df[df["metric"] == "same_start"]
+    assert len(same) == 1 and same["value"].iloc[0] == 1.0
+    assert set(df[df["metric"] == "tf32_state"]["rank"]) == set(range(WORLD))

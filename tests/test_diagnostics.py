@@ -404,7 +404,8 @@ def test_comm_modes_report_links_the_traces(dist_run):
     breakdown = tables["comm-modes-step-breakdown"]
     assert len(breakdown.rows) == 1 and "comm_wait p50 (ms)" in breakdown.columns
     traces = tables["comm-modes-traces"]
-    assert [r[-1].href for r in traces.rows] == [(out / "trace" / f"{r}.json").resolve().as_uri() for r in (0, 1)]
+    # the report writer copies each linked trace into the report folder (kit.file_link)
+    assert [r[-1].file.path for r in traces.rows] == [(out / "trace" / f"{r}.json").resolve() for r in (0, 1)]
     checks = tables["comm-modes-divergence-checks"]
     assert any("same initial weights" in r[1].text and r[2].text == "yes" for r in checks.rows)
     assert "fail" not in (checks.row_classes or [])

@@ -125,3 +125,23 @@ def test_presenter_renders_the_tiny_run(tiny_run):
     assert [r[2].text for r in table.rows] == ["1", "4", "4"]
     assert sections[0].figures and sections[0].figures[0].png_base64
     assert any(n.cls == "ok" for n in sections[0].notes)
+
+
+def test_diagnostics_step_phases_same_start_and_tf32(tiny_run):
+    """T-diag: the breakdown of extra untimed steps per series (no data loading here), the start check, TF32."""
+    from hpcbench.diag.records import BREAKDOWN_STEPS
+
+    df, _, _ = tiny_run
+    world = 2
+    phases = df[(df["metric"] == "step_phase_seconds") & df["value"].notna()]
+    labs = phases["labels"].map(json.loads)
+    assert {lab["phase"] for lab in labs} == {"forward", "backward", "comm_wait", "optimizer", "other"}
+    series = 3  # (1, True), (4, True), (4, False)
+    assert len(phases) == world * series * BREAKDOWN_STEPS * 5
+    absent = df[(df["metric"] == "step_phase_seconds") & df["value"].isna()]
+    assert len(absent) == world * series and absent["text"].str.contains("no data loading").all()
+    s = summarize(df)
+    assert (s["backward_p50_ms"] > 0).all() and s["jitter_max"].notna().all()
+    same = df[df["metric"] == "same_start"]
+    assert len(same) == 1 and same["value"].iloc[0] == 1.0
+    assert set(df[df["metric"] == "tf32_state"]["rank"]) == {0, 1}

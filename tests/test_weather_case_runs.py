@@ -103,3 +103,27 @@ def test_prepare_data_generates_once_and_the_reader_checks_the_grid(tmp_path):
     assert prepare_data(WeatherCaseConfig.from_dict({**TINY, "data_source": "synthetic"}), tmp_path) is None
     with pytest.raises(ConfigError, match="no manifest.json"):
         prepare_data(WeatherCaseConfig.from_dict({**TINY, "data": str(tmp_path / "nowhere")}), tmp_path)
+
+
+def test_diagnostics_step_phases_from_the_loader_same_start_tf32_and_a_trace(notebook_run):
+    """T-diag: extra untimed steps per stage read their micro-batches from the HDF5 set as they go."""
+    from pathlib import Path
+
+    from hpcbench.diag.records import BREAKDOWN_STEPS
+
+    records, out_dir, *_ = notebook_run
+    labels = records["labels"].map(json.loads)
+    phases = records[(records["metric"] == "step_phase_seconds") & records["value"].notna()]
+    phase_of = labels[phases.index].map(lambda lab: lab["phase"])
+    assert set(phase_of) == {"data_wait", "forward", "backward", "comm_wait", "optimizer", "other"}
+    assert (phases[phase_of == "data_wait"]["value"] > 0).all()
+    world = TINY["nodes"] * TINY["ranks_per_node"]
+    assert len(phases[phase_of == "data_wait"]) == world * len(STAGE_NAMES) * BREAKDOWN_STEPS
+    s = summarize(records)
+    assert (s["data_wait_p50_ms"] > 0).all() and (s["backward_p50_ms"] > 0).all() and s["jitter_max"].notna().all()
+    same = records[records["metric"] == "same_start"]
+    assert len(same) == 1 and same["value"].iloc[0] == 1.0 and f"equal on all {world} ranks" in same["text"].iloc[0]
+    assert set(records[records["metric"] == "tf32_state"]["rank"]) == set(range(world))
+    traces = records[records["metric"] == "trace_file"].sort_values("rank")
+    assert list(traces["rank"]) == list(range(world)) and all(Path(t).is_file() for t in traces["text"])
+    assert {Path(t).parent for t in traces["text"]} == {(out_dir / "trace").resolve()}

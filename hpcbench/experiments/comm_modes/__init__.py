@@ -1,9 +1,10 @@
 """Experiment ``comm_modes``: flat DDP against two-level reductions, and the bucket sweep (C3, C17)."""
 
 from hpcbench.core.units import approx_bytes
+from hpcbench.diag.records import TRACE_STEPS
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
-from hpcbench.experiments.comm_modes.config import TRACE_ACTIVE, TRACE_WAIT, TRACE_WARMUP, CommModesConfig
+from hpcbench.experiments.comm_modes.config import CommModesConfig
 from hpcbench.experiments.comm_modes.present import present_comm_modes
 from hpcbench.experiments.comm_modes.rules import RULES
 from hpcbench.experiments.comm_modes.summary import summarize
@@ -34,7 +35,7 @@ def estimate(cfg: CommModesConfig) -> Estimate:
         peak = max(peak, need)
         seconds += (steps_per_model + cfg.check) * step
         if cfg.trace and name == cfg.models[0]:  # the first combination that runs is profiled once
-            seconds += (TRACE_WAIT + TRACE_WARMUP + TRACE_ACTIVE) * step
+            seconds += TRACE_STEPS * step
     basis = (f"{copies} float32 copies of the largest model's parameters + 2x its layer outputs for a batch of "
              f"{cfg.batch_size}: {approx_bytes(peak)} per rank {'on the GPU' if gpu else 'in host memory'}, "
              f"+ {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task")

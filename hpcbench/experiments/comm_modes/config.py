@@ -13,9 +13,6 @@ from hpcbench.parallel.modes import MODE_NAMES, MODES
 IB_MTU_BUCKET_MB = IB_MTU_BYTES / (1 << 20)
 
 
-#: Profiled steps with ``trace``: skipped, warm-up (profiler start-up), recorded (worker._trace).
-TRACE_WAIT, TRACE_WARMUP, TRACE_ACTIVE = 1, 1, 2
-
 @dataclass
 class CommModesConfig(DistributedConfig):
     """Parameters of ``02_comm_modes``; the notebook's parameters cell mirrors them."""

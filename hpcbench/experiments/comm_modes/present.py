@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
 from hpcbench.core.units import format_bytes
+from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
                                  ordered, pick, png_of, present_stats, rank_in, source_variants, text_table)
 
 MODE_ORDER = ("ddp", "hybrid_dp_ddp", "hierarchical", "hierarchical_leader")
-#: Columns of the step breakdown table (:mod:`hpcbench.diag.step_breakdown`).
-PHASE_COLUMNS = ("forward", "backward", "comm_wait", "optimizer", "other")
-#: Text records the diagnostics tables show (kept out of the "not measured" table).
-DIAG_TEXT = ("tf32_state", "trace_file", "step_phase_seconds", "step_jitter")
 
 
 def present_comm_modes(data: ExperimentData) -> list[Section]:
@@ -63,9 +59,12 @@ def present_comm_modes(data: ExperimentData) -> list[Section]:
     checks = pick(stats, "grad_match")
     check_note(section, checks, fail="some modes' gradients differ from plain DDP's",
                 ok="every mode that ran gave plain DDP's gradients")
-    section.tables += _diagnostics_tables(stats, data.stats, data.text, pairs, keys)
-    text = data.text[~data.text["metric"].isin(DIAG_TEXT)] if len(data.text) else data.text
-    table = text_table(text, caption="Not measured, with the reason")
+    section.tables += diagnostics_tables(
+        data.stats, data.text, pairs, ["model", "mode", "bucket_cap_mb"], prefix="comm-modes", series=keys,
+        formats={"bucket_cap_mb": lambda mb: format_bytes(mb * (1 << 20))}, breakdown_stats=stats, comm="mode",
+        caption="where a step's time goes (the timed steps with the mode's communication, every rank's); no data "
+                "wait: the batches are synthetic, made on the device")
+    table = text_table(without_diagnostics(data.text), caption="Not measured, with the reason")
     if table is not None:
         section.tables.append(table)
     section.tables += evidence_tables(data, ["model", "mode", "bucket_cap_mb", "throughput_total_p50", "comm_share_p50", "steps"])
@@ -110,72 +109,3 @@ def _comm_modes_figure(tput: pd.DataFrame, pairs: list[tuple[str, str]]) -> Figu
     fig.tight_layout()
     return Figure(title="throughput against plain DDP, and against the bucket size", png_base64=png_of(fig),
                   alt="bars of throughput relative to DDP per mode; lines of throughput against bucket size")
-
-
-# -- diagnostics (T-diag) -----------------------------------------------------------------
-
-
-def _diagnostics_tables(stats: pd.DataFrame, all_stats: pd.DataFrame, text: pd.DataFrame,
-                        pairs: list[tuple[str, str]], keys: list[tuple]) -> list[Table]:
-    """The step breakdown, the TF32 settings and same-start check, and the links to the traces.
-
-    ``stats`` holds the series with a bucket size (the model x mode x bucket ones), ``all_stats``
-    every series (the same-start check is per model).
-    """
-    tables = []
-    phases = pick(stats, "step_phase_seconds", comm="mode")
-    jitter = pick(stats, "step_jitter", comm="mode")
-    if len(phases):
-        rows = []
-        for src, var in pairs:
-            for key in keys:
-                sel = phases[(phases["source"] == src) & (phases["variant"] == var) & (phases["model"] == key[0])
-                             & (phases["mode"] == key[1]) & (phases["bucket_cap_mb"] == key[2])]
-                if not len(sel):
-                    continue
-                # stats are per node: the median of the nodes' medians
-                cells = [Cell(fmt_number(sel[sel["phase"] == p]["p50"].median() * 1e3)) for p in PHASE_COLUMNS]
-                jit = jitter[(jitter["source"] == src) & (jitter["variant"] == var) & (jitter["model"] == key[0])
-                             & (jitter["mode"] == key[1]) & (jitter["bucket_cap_mb"] == key[2])]
-                rows.append([Cell(f"{src} · {var}"), Cell(key[0]), Cell(key[1]), Cell(format_bytes(key[2] * (1 << 20))),
-                             *cells, Cell(fmt_number(jit["max"].max() if len(jit) else math.nan, 3))])
-        tables.append(Table(columns=["source", "model", "mode", "bucket", *(f"{p} p50 (ms)" for p in PHASE_COLUMNS),
-                                     "jitter (max over ranks)"], rows=rows, id="comm-modes-step-breakdown",
-                            caption="where a step's time goes (the mode's communication; every rank's steps): "
-                                    "comm_wait is the exposed communication wait after the last gradient is "
-                                    "computed, other the time between phases; jitter = sample std / mean of "
-                                    "step time. No data wait: the batches are synthetic, made on the device"))
-    checks = []
-    tf32 = text[text["metric"] == "tf32_state"] if len(text) else text
-    if len(tf32) and "setting" in tf32.columns:
-        for (src, setting), g in tf32.groupby(["source", "setting"], sort=True):
-            values = sorted(set(map(str, g["text"])))
-            checks.append(([Cell(str(src)), Cell(f"TF32: {setting}"), Cell(" / ".join(values)),
-                            Cell(", ".join(sorted(set(map(str, g["node"])))))],
-                           "fail" if len(values) > 1 else ""))
-    same = pick(all_stats, "same_start")
-    for r in same.itertuples():
-        ok = r.min == 1.0
-        checks.append(([Cell(str(r.source)), Cell(f"same initial weights on every rank ({getattr(r, 'model', '')})"),
-                        Cell("yes" if ok else "no"), Cell(str(r.node))], "" if ok else "fail"))
-    if checks:
-        tables.append(Table(columns=["source", "check", "value", "nodes"], rows=[c for c, _ in checks],
-                            row_classes=[k for _, k in checks], id="comm-modes-divergence-checks",
-                            caption="divergence checks (guide 5.2): TF32 settings as each rank saw them (red "
-                                    "where nodes differ) and the parameter hash compared across ranks at start"))
-    traces = text[text["metric"] == "trace_file"] if len(text) else text
-    if len(traces):
-        rows = []
-        for r in traces.sort_values(["source", "node", "rank"]).to_dict("records"):
-            where = str(r["text"])
-            path = Path(where)
-            # Built from an absolute path, the link can only be a file: URL.
-            link = Cell(path.name, href=path.as_uri()) if path.is_absolute() else Cell(where)
-            rows.append([Cell(str(r["source"])), Cell(str(r["node"])), Cell(str(r["rank"])),
-                         Cell(f"{r.get('model', '')} / {r.get('mode', '')}"), link])
-        tables.append(Table(columns=["source", "node", "rank", "profiled", "trace"], rows=rows,
-                            id="comm-modes-traces",
-                            caption="torch.profiler traces (Chrome format: open in https://ui.perfetto.dev or "
-                                    "chrome://tracing); gaps and top operators are in the statistics as "
-                                    "trace_gap_seconds, trace_idle_fraction and trace_op_self_seconds"))
-    return tables

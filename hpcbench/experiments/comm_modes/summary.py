@@ -7,6 +7,7 @@ from typing import Any
 from hpcbench.core.facts import DDP_FIRST_BUCKET_BYTES
 from hpcbench.core.results import expand_labels
 from hpcbench.core.sanity import Verification
+from hpcbench.diag.report import breakdown_columns
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB, CommModesConfig
 
 SUMMARY_KEYS = ["model", "mode", "bucket_cap_mb"]
@@ -52,9 +53,7 @@ def summarize(records: Any) -> Any:
         grad = pick("grad_match")
         buckets = pick("bucket_count")
         unit = g[g["metric"] == "throughput"]["unit"].iloc[0] if (g["metric"] == "throughput").any() else ""
-        phases = {f"{p}_p50_ms": pick("step_phase_seconds", phase=p, comm="mode").median() * 1e3
-                  for p in BREAKDOWN_PHASES}
-        jitters = pick("step_jitter", comm="mode")
+        diag = breakdown_columns(g, BREAKDOWN_PHASES, comm="mode")
         out.append({
             **dict(zip(SUMMARY_KEYS, key)),
             "unit": unit,
@@ -69,8 +68,7 @@ def summarize(records: Any) -> Any:
             "buckets": int(buckets.iloc[0]) if len(buckets) else None,
             "first_bucket_bytes": int(pick("first_bucket_bytes").iloc[0]) if len(pick("first_bucket_bytes")) else None,
             "steps": len(step),
-            **phases,
-            "jitter_max": jitters.max() if len(jitters) else float("nan"),
+            **diag,
             "note": notes[0] if notes else "",
             "samples": tuple(float(v) for v in tput),
             "ok": not (len(grad) and grad.min() < 1.0),

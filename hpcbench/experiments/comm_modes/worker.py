@@ -17,24 +17,19 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-from hpcbench.core.errors import ResultsError
-from hpcbench.core.results import RECORDS_SUBDIR, RecordWriter
-from hpcbench.diag.divergence import check_same_start, tf32_state
+from hpcbench.core.results import RecordWriter
+from hpcbench.diag.records import record_same_start, record_tf32, record_trace
 from hpcbench.diag.step_breakdown import StepTimer, write_breakdown
-from hpcbench.diag.trace import profile_steps, trace_summary
 from hpcbench.dist.topology import Topology
-from hpcbench.experiments.comm_modes.config import TRACE_ACTIVE, TRACE_WAIT, TRACE_WARMUP, CommModesConfig
+from hpcbench.experiments.comm_modes.config import CommModesConfig
 from hpcbench.models import MODELS, ModelSpec
 from hpcbench.parallel.hooks import BucketLog, HierarchicalState
 from hpcbench.parallel.modes import MODES, ModeNotApplicable, parallelize
 
 #: Gradient agreement with plain DDP (fp32; only the summation order differs).
 GRAD_RTOL, GRAD_ATOL = 1e-5, 1e-6
-#: Operators per rank recorded from the trace (by self time).
-TRACE_TOP_OPS = 5
 #: Why the breakdown has no data wait here.
 NO_DATA_WAIT = "synthetic batches are made on the device before timing: no data loading in this experiment"
 
@@ -88,44 +83,6 @@ def _timed_step(model: Any, opt: Any, spec: ModelSpec, batch: tuple[Any, Any], s
     return elapsed
 
 
-def _task_dir(writer: RecordWriter) -> Path:
-    """The task directory: the launcher writes records to ``<task dir>/records/``."""
-    folder = Path(writer.path).resolve().parent
-    return folder.parent if folder.name == RECORDS_SUBDIR else folder
-
-
-def _trace(model: Any, opt: Any, spec: ModelSpec, batch: tuple[Any, Any], sync: Callable[[], None], device: Any,
-           writer: RecordWriter, labels: dict[str, Any], rank: int) -> None:
-    """Profile a few extra steps (every rank the same number, so collectives stay matched) and record the trace."""
-    import torch.distributed as dist
-
-    timer = StepTimer(device, annotate=True)
-    with profile_steps(_task_dir(writer), steps=TRACE_ACTIVE, wait=TRACE_WAIT, warmup=TRACE_WARMUP,
-                       rank=rank) as prof:
-        for _ in range(prof.total_steps):
-            dist.barrier()
-            _timed_step(model, opt, spec, batch, sync, timer)
-            prof.step()
-    if not prof.paths:
-        writer.add("trace_file", None, "", labels=labels, text=f"not written: {prof.error or 'profiler saw no step'}")
-        return
-    path = prof.paths[0]
-    writer.add("trace_file", None, "", labels=labels, text=str(path))
-    try:
-        summary = trace_summary(path, top=TRACE_TOP_OPS)
-    except ResultsError as exc:  # local to this rank: raising would leave the others in a collective
-        writer.add("trace_idle_fraction", None, "fraction", labels=labels, text=f"not measured: {exc}")
-        return
-    gaps = {**labels, "basis": summary.gaps.basis}
-    writer.add("trace_gap_seconds", summary.gaps.total_s, "s", labels=gaps, text=summary.gaps.note)
-    writer.add("trace_gap_largest_seconds", summary.gaps.largest_s, "s", labels=gaps)
-    writer.add("trace_idle_fraction", summary.gaps.idle_fraction, "fraction", labels=gaps)
-    for op in summary.top_ops:
-        writer.add("trace_op_self_seconds", op.self_s / max(summary.profiler_steps, 1), "s",
-                   labels={**labels, "op": op.name, "device": op.device},
-                   text=f"self time per profiled step; {op.calls} calls in {summary.profiler_steps} steps")
-
-
 def run_worker(cfg: CommModesConfig, topo: Topology, writer: RecordWriter) -> None:
     """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
     import torch
@@ -135,9 +92,7 @@ def run_worker(cfg: CommModesConfig, topo: Topology, writer: RecordWriter) -> No
 
     rank = rank_setup(cfg, topo)
     device, sync, lead = rank.device, rank.sync, rank.lead
-    # Every rank: TF32 can differ between nodes (an exported NVIDIA_TF32_OVERRIDE on some).
-    for setting, value in tf32_state().items():
-        writer.add("tf32_state", None, "", labels={"setting": setting}, text=str(value))
+    record_tf32(writer)  # every rank: TF32 can differ between nodes
     if lead:
         writer.add("topology", None, "", text=topo.describe(),
                    labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
@@ -151,10 +106,7 @@ def run_worker(cfg: CommModesConfig, topo: Topology, writer: RecordWriter) -> No
         torch.manual_seed(cfg.seed)
         base = spec.build().to(device)
         # Before DDP (which would broadcast rank 0's weights and hide a rank seeded differently).
-        checksum = check_same_start(base)
-        if lead:
-            writer.add("same_start", 1.0, "bool", labels={"model": model_name},
-                       text=f"parameter sha256 {checksum[:16]} equal on all {topo.world_size} ranks")
+        record_same_start(writer, base, lead=lead, labels={"model": model_name})
         batch = spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed * 100003 + topo.rank,
                                      image_size=cfg.image_size, seq_len=cfg.seq_len)
         items = cfg.batch_size * spec.items_per_sample(seq_len=cfg.seq_len)
@@ -205,8 +157,12 @@ def run_worker(cfg: CommModesConfig, topo: Topology, writer: RecordWriter) -> No
                                     not_measured={"data_wait": NO_DATA_WAIT})
                 if not traced:
                     traced = True
-                    _trace(model, opts["mode"], spec, batch, sync, device, writer, {**labels, "comm": "mode"},
-                           topo.rank)
+                    # A few extra, untimed steps (every rank the same number, so collectives stay matched).
+                    def traced_step(timer: StepTimer, m: Any = model, opt: Any = opts["mode"]) -> None:
+                        dist.barrier()
+                        _timed_step(m, opt, spec, batch, sync, timer)
+
+                    record_trace(writer, traced_step, device=device, rank=topo.rank, labels={**labels, "comm": "mode"})
                 layout = buckets.layout()
                 # A step lasts as long as its slowest rank: one reduction after the loop.
                 flat = torch.tensor([t for kind, _ in runs for t in times[kind]], dtype=torch.float64, device=device)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.core.units import approx_bytes
+from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.gradient_compression.summary import ORDER
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
-                                 present_stats, rank_in, text_table)
+                                 present_stats, rank_in, source_variants, text_table)
 
 #: (column of the summary, header, digits; None: bytes)
 SHOWN = (("bytes_step", "bytes / step", None), ("wire_ratio", "wire ratio (compressed part)", 4),
@@ -67,7 +68,13 @@ def present_compression(data: ExperimentData) -> list[Section]:
         section.notes.append(Cell("every series that ran kept the ranks' parameters identical, sent its skipped "
                                   "gradients as a plain reduction would and (quant2bit) trained within 5 % of "
                                   "none's loss", "ok"))
-    table = text_table(data.text, caption="Not measured, with the reason; skipped parameters")
+    if len(data.stats):
+        section.tables += diagnostics_tables(
+            data.stats, data.text, source_variants(data.stats, data.sources), ["model", "mode", "compression"],
+            prefix="compression", caption="where a step's time goes (the timed steps, every rank's; noop: the "
+                                          "no-op hook's twin); no data wait: the batches are synthetic, made on "
+                                          "the device; a compression hook's own work in backward counts in backward")
+    table = text_table(without_diagnostics(data.text), caption="Not measured, with the reason; skipped parameters")
     if table is not None:
         section.tables.append(table)
     section.tables += evidence_tables(data, ["model", "mode", "compression", "bytes_step", "wire_ratio",

@@ -17,7 +17,9 @@ LOSS_TOLERANCE = 0.05
 LOSS_CHECKED = (TECHNIQUE,)
 METRICS = ("throughput", "step_time", "comm_time", "wire_bytes", "fp32_bytes", "wire_ratio", "intra_node_bytes",
            "final_loss", "grad_rel_err", "params_agree", "skip_exact", "wire_bits", "codec_time",
-           "compressed_elements", "plain_elements")
+           "compressed_elements", "plain_elements", "step_phase_seconds", "step_jitter")
+#: Step phases summarised as ``<phase>_p50_ms`` (:mod:`hpcbench.diag.step_breakdown`; no data wait here).
+BREAKDOWN_PHASES = ("forward", "backward", "comm_wait", "optimizer", "other")
 ORDER = ("none", "fp16", "bf16", "powersgd", TECHNIQUE, NO_FEEDBACK)
 
 
@@ -36,6 +38,10 @@ def summarize(records: Any) -> Any:
     and ``reduction_samples`` the per-step reduction (the rules' inputs). ``ok`` is False where
     the ranks' parameters differ, the skipped gradients are not a plain reduction's bits, or
     (quant2bit) the loss is more than :data:`LOSS_TOLERANCE` off ``none``'s: such a row never counts.
+
+    The step breakdown (T-diag) adds ``<phase>_p50_ms`` for :data:`BREAKDOWN_PHASES` (median
+    over every rank's timed steps; ``comm_wait`` is the exposed communication wait) and
+    ``jitter_max`` (the largest rank's step-time std / mean).
     """
     import json
 
@@ -43,7 +49,7 @@ def summarize(records: Any) -> Any:
 
     columns = SUMMARY_KEYS + ["throughput_p50", "samples", "ok"]
     rows = records[(records["experiment"] == "gradient_compression") & records["metric"].isin(METRICS)]
-    # One pass in plain Python: (model, mode, compression) -> (metric, part) -> values in step order.
+    # One pass in plain Python: (model, mode, compression) -> (metric, part or phase) -> values in step order.
     # Filtering the frame per metric costs ~1 s per launch on string columns; the ledger summarises
     # every launch of every run.
     series: dict[tuple, dict[tuple, list[float]]] = {}
@@ -63,7 +69,7 @@ def summarize(records: Any) -> Any:
         if isinstance(text, str) and text.startswith("not applicable"):
             notes.setdefault(key, set()).add(text)
         if value == value:
-            values.setdefault((metric, lab.get("part")), []).append(float(value))
+            values.setdefault((metric, lab.get("part", lab.get("phase"))), []).append(float(value))
         if metric == "throughput":
             units[key] = str(unit)
 
@@ -113,6 +119,8 @@ def summarize(records: Any) -> Any:
             "grad_rel_err": one("grad_rel_err"),
             "params_agree": flag("params_agree"),
             "skip_exact": flag("skip_exact"),
+            **{f"{p}_p50_ms": p50(pick("step_phase_seconds", p), 1e3) for p in BREAKDOWN_PHASES},
+            "jitter_max": max(pick("step_jitter")) if pick("step_jitter") else _nan(),
             "note": note[0] if note else "",
             "samples": tuple(tput),
             "reduction_samples": tuple(1.0 / v for v in ratio if v > 0),

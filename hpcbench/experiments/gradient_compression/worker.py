@@ -16,6 +16,15 @@ apart, from the hook's :class:`~hpcbench.parallel.compression.WireStats`). After
   to a plain reduction of the same values (the mode's: all-reduce, or the two-level one);
 * ``codec_time`` (quant2bit): quantise, encode, decode and re-quantise of one step's compressed
   elements without any collective, i.e. what the exchange costs besides the wire.
+
+Diagnostics (T-diag, :mod:`hpcbench.diag`): every rank records its TF32 settings and checks
+that every rank built the same initial weights (:func:`~hpcbench.diag.records.record_same_start`);
+each timed step (every series, the no-op one included) is split into forward, backward,
+exposed communication wait and optimizer by a :class:`~hpcbench.diag.step_breakdown.StepTimer`
+around the same code (on CPU it only reads ``perf_counter``; on a GPU it records events, and
+resolves them after the step's clock has stopped), with each rank's step-time jitter. A
+compression hook's own work inside backward (quantising, its collectives) counts in
+``backward``; ``comm_wait`` is what is left after the last gradient.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from typing import Any, Callable
 
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordWriter
+from hpcbench.diag.records import record_same_start, record_tf32
+from hpcbench.diag.step_breakdown import StepTimer, write_breakdown
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.gradient_compression.config import BASELINE, NO_FEEDBACK, TECHNIQUE, CompressionConfig
 from hpcbench.models import MODELS, ModelSpec
@@ -44,6 +55,8 @@ HELD_OUT_SEED, CHECK_SEED = 7_777_777, 5_555_555
 CODEC_REPEATS = 5
 #: WireStats counters turned into per-step records (name in the records, counter).
 COUNTERS = (("compressed", "compressed_bytes", "fp32_bytes"), ("plain", "plain_bytes", "fp32_plain_bytes"))
+#: Why the step breakdown has no data wait here.
+NO_DATA_WAIT = "synthetic batches are made on the device before timing: no data loading in this experiment"
 
 
 @dataclass
@@ -59,6 +72,8 @@ class Series:
     times: list[float] = field(default_factory=list)
     bytes: list[dict[str, float]] = field(default_factory=list)
     """per timed step: WireStats counters' increase"""
+    timer: StepTimer | None = None
+    """the phases of every step (warm-up included) timed with :func:`_timed_step`"""
 
 
 def _snapshot(series: Series) -> dict[str, float]:
@@ -71,15 +86,21 @@ def _snapshot(series: Series) -> dict[str, float]:
 
 
 def _timed_step(series: Series, spec: ModelSpec, batch: tuple[Any, Any], sync: Callable[[], None]) -> float:
+    """One training step: its wall time (host clock between two device syncs); ``series.timer`` gets its phases."""
     x, y = batch
+    timer = series.timer
     sync()
     t0 = time.perf_counter()
-    loss = spec.loss(series.model(x), y)
-    loss.backward()
-    series.optimizer.step()
-    series.optimizer.zero_grad(set_to_none=True)
+    with timer.phase("forward"):
+        loss = spec.loss(series.model(x), y)
+    timer.backward(loss)
+    with timer.phase("optimizer"):
+        series.optimizer.step()
+        series.optimizer.zero_grad(set_to_none=True)
     sync()
-    return time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    timer.end_step()  # after the clock: on a GPU it waits for the step's last event
+    return elapsed
 
 
 def _flat(tensors: list[Any]) -> Any:
@@ -233,6 +254,7 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
     rank = rank_setup(cfg, topo)
     device, sync, lead = rank.device, rank.sync, rank.lead
     world = topo.world_size
+    record_tf32(writer)  # every rank: TF32 can differ between nodes
     if lead:
         writer.add("topology", None, "", text=topo.describe(),
                    labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
@@ -243,6 +265,8 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
         spec = MODELS.get(model_name)
         torch.manual_seed(cfg.seed)
         base = spec.build().to(device)
+        # Before DDP (which would broadcast rank 0's weights and hide a rank seeded differently).
+        record_same_start(writer, base, lead=lead, labels={"model": model_name})
         shape = dict(image_size=cfg.image_size, seq_len=cfg.seq_len)
         batches = [spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed * 100003 + topo.rank * 1009 + k,
                                         **shape) for k in range(TRAIN_BATCHES)]
@@ -281,6 +305,8 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
                                              ("wire_bytes", "B"), ("final_loss", "")):
                             writer.add(metric, None, unit, labels=labels, text=f"not applicable: {exc}")
                     progress(f"{model_name} / {mode} / {name}: not applicable")
+            for s in runs:
+                s.timer = StepTimer(device, annotate=False)
 
             for i in range(cfg.warmup_steps + cfg.steps):
                 batch = batches[i % len(batches)]
@@ -298,6 +324,10 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
             flat = flat.cpu()
             slow = {s.name: flat[j * cfg.steps:(j + 1) * cfg.steps].tolist() for j, s in enumerate(runs)}
             layout = log.layout()
+            # This rank's own phases of the timed steps (a faster rank waits longer for the others).
+            for s in runs:
+                write_breakdown(writer, s.timer.steps[cfg.warmup_steps:], {**base_labels, "compression": s.name},
+                                not_measured={"data_wait": NO_DATA_WAIT})
 
             checks = {}
             for s in runs[1:]:

@@ -1,6 +1,7 @@
 """Experiment ``overlap``: gradient accumulation under DDP's no_sync(), synchronising once per k micro-steps (C9)."""
 
 from hpcbench.core.units import approx_bytes
+from hpcbench.diag.records import BREAKDOWN_STEPS
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
@@ -24,8 +25,9 @@ def estimate(cfg: OverlapExperimentConfig) -> Estimate:
     """The largest model's copies plus the layer outputs of its biggest batch, and the micro-steps it runs.
 
     The biggest batch is the gradient check's one step on k_max x b samples. Micro-steps per model:
-    per series (warm-up + timed steps) x k for both timed runs, the check's k micro-steps and its
-    big step (counted as k more), and the loss run's loss_samples / b.
+    per series (warm-up + timed steps) x k for both timed runs and the step breakdown's extra
+    steps x k, the check's k micro-steps and its big step (counted as k more), and the loss run's
+    loss_samples / b.
     """
     gpu = cfg.backend == "nccl"
     speed = GPU_SPEED if gpu else CPU_SPEED
@@ -34,7 +36,7 @@ def estimate(cfg: OverlapExperimentConfig) -> Estimate:
     copies = state_copies(cfg)
     micro_steps = 0
     for k, _ in cfg.series():
-        micro_steps += 2 * (cfg.warmup_steps + cfg.steps) * k
+        micro_steps += (2 * (cfg.warmup_steps + cfg.steps) + BREAKDOWN_STEPS) * k
         if cfg.check:
             micro_steps += 2 * k * (k > 1) + cfg.loss_samples // cfg.batch_size
     peak, seconds, unknown = 0, TASK_STARTUP_S, []

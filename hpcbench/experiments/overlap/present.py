@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.overlap.summary import SUMMARY_KEYS, series_name
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 ordered, pick, png_of, present_stats, slug, text_table)
+                                 ordered, pick, png_of, present_stats, slug, source_variants, text_table)
 
 #: Summary column -> table heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"throughput_total_p50": "samples/s p50 (total)", "step_p50_ms": "step p50 (ms)",
@@ -47,7 +48,14 @@ def present_overlap(data: ExperimentData) -> list[Section]:
         if len(data.stats) else data.stats
     check_note(section, checks, fail="some series failed a check (gradients, ranks' parameters or loss): they do "
                                      "not count", ok="every series passed its checks")
-    table = text_table(data.text, caption="Text records")
+    if len(data.stats):
+        section.tables += diagnostics_tables(
+            data.stats, data.text, source_variants(data.stats, data.sources), ["model", "micro_steps", "no_sync"],
+            prefix="overlap", caption="where an optimizer step's time goes: extra, untimed steps with "
+                                      "communication after the measurements (the timed steps cannot be wrapped "
+                                      "without changing them), each phase summed over the k micro-steps, every "
+                                      "rank's; no data wait: the micro-batches are synthetic, made on the device")
+    table = text_table(without_diagnostics(data.text), caption="Text records")
     if table is not None:
         section.tables.append(table)
     section.tables += evidence_tables(data, ["model", "micro_steps", "no_sync", "throughput_total_p50",

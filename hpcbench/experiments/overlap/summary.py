@@ -7,13 +7,16 @@ from typing import Any
 
 from hpcbench.core.results import expand_labels
 from hpcbench.core.sanity import Verification
+from hpcbench.diag.report import breakdown_columns
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
 from hpcbench.parallel.overlap import summarize_overlap, syncs_per_step
 
 SUMMARY_KEYS = ["model", "micro_steps", "no_sync"]
 METRICS = ["step_time", "time_per_sample", "exposed_comm", "throughput", "allreduce_calls", "allreduce_bytes",
            "syncs", "syncs_per_sample", "bytes_per_sample", "sync_alone_time", "bucket_count", "grad_match",
-           "params_agree", "loss_after", "loss_match"]
+           "params_agree", "loss_after", "loss_match", "step_phase_seconds", "step_jitter"]
+#: Step phases summarised as ``<phase>_p50_ms`` (:mod:`hpcbench.diag.step_breakdown`; no data wait here).
+BREAKDOWN_PHASES = ("forward", "backward", "comm_wait", "optimizer", "other")
 #: The checks whose failure takes a series out of every verdict, and what the failure means.
 CHECKS = {"grad_match": "its accumulated gradients differ from one big step's",
           "params_agree": "its ranks held different parameters after a synchronisation",
@@ -37,6 +40,11 @@ def summarize(records: Any) -> Any:
     ``samples`` holds the per-step total throughput and ``sync_samples`` the per-step
     synchronisations per sample (the rules' inputs); ``ok`` is False where a check failed
     (``problem`` says which): such a series never counts.
+
+    The step breakdown (T-diag) adds ``<phase>_p50_ms`` for :data:`BREAKDOWN_PHASES` (median
+    over every rank's extra, untimed phase-timed steps with communication; each phase summed
+    over the step's k micro-steps; ``comm_wait`` is the exposed communication wait) and
+    ``jitter_max`` (the largest rank's step-time std / mean over those steps).
     """
     import pandas as pd
 
@@ -85,6 +93,7 @@ def summarize(records: Any) -> Any:
             "buckets": int(pick("bucket_count").iloc[0]) if len(pick("bucket_count")) else None,
             "loss_after": float(loss.iloc[0]) if len(loss) else math.nan,
             **{name: (bool(v.min() == 1.0) if len(v) else None) for name, v in checks.items()},
+            **breakdown_columns(g, BREAKDOWN_PHASES),
             "steps": len(step),
             "samples": tuple(float(v) for v in tput),
             "sync_samples": tuple(float(v) for v in per_sample),

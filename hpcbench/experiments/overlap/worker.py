@@ -13,6 +13,14 @@
    step), total = t(alone) x synchronisations per step. Every series of a model is timed in
    one interleaved loop (one step of each in turn), so the k=4 / k=1 ratio the rule reads
    compares steps taken under the same machine load, not one series' minute with another's.
+
+Diagnostics (T-diag, :mod:`hpcbench.diag`): every rank records its TF32 settings and checks that
+every rank built the same initial weights. The timed steps run through
+:func:`~hpcbench.parallel.overlap.accumulation_step`, which a phase timer cannot wrap without
+changing the code measured, so the step breakdown (forward, backward, exposed communication
+wait, optimizer, summed over the k micro-steps) and its jitter come from
+:data:`~hpcbench.diag.records.BREAKDOWN_STEPS` extra, untimed steps of each series with
+communication, after all of its measurements (:func:`~hpcbench.diag.records.phase_accumulation_step`).
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hpcbench.core.results import RecordWriter
+from hpcbench.diag.records import BREAKDOWN_STEPS, phase_accumulation_step, record_same_start, record_tf32
+from hpcbench.diag.step_breakdown import StepTimer, write_breakdown
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.overlap.config import BASELINE_MICRO_STEPS, OverlapExperimentConfig
 from hpcbench.models import MODELS, ModelSpec
@@ -41,6 +51,8 @@ LOSS_RTOL = 0.05
 EVAL_SAMPLES = 8
 #: Seed offsets keeping the timing batch, the training chunks and the evaluation batch apart.
 _TRAIN_SEED, _EVAL_SEED = 1_000_003, 7_777_777
+#: Why the step breakdown has no data wait here.
+NO_DATA_WAIT = "synthetic micro-batches are made on the device before timing: no data loading in this experiment"
 
 
 def _split(batch: tuple[Any, Any], parts: int) -> list[tuple[Any, Any]]:
@@ -146,8 +158,12 @@ def _time_series(base: Any, spec: ModelSpec, topo: Topology, rank: Any, cfg: Ove
         (k, no_sync) -> ``mode`` / ``noop``: the slowest rank's step seconds; ``counts``: (all-reduces,
         bytes) per timed step; ``layout``: DDP's bucket bytes; ``alone``: seconds of one
         synchronisation's buckets all-reduced alone per repeat; ``agree``: every rank holds the same
-        parameters afterwards. Returning frees the copies.
+        parameters afterwards; ``breakdown``: this rank's phases of :data:`BREAKDOWN_STEPS` extra,
+        untimed steps with communication, taken after every measurement above. Returning frees the copies.
     """
+    import torch
+    import torch.distributed as dist
+
     device = rank.device
     timed: dict[tuple[int, bool], _Timed] = {}
     runs: dict[str, Callable[[], None]] = {}
@@ -169,6 +185,14 @@ def _time_series(base: Any, spec: ModelSpec, topo: Topology, rank: Any, cfg: Ove
             "alone": time_bucket_allreduces(layout, device=device, dtype=dtype, repeats=cfg.layout_repeats,
                                             sync=rank.sync),
             "agree": ranks_agree(t.model)}
+    for (k, no_sync), t in timed.items():
+        timer = StepTimer(device, annotate=False)
+        opt = torch.optim.SGD(t.model.parameters(), lr=cfg.lr * k)
+        for _ in range(BREAKDOWN_STEPS):
+            dist.barrier()
+            phase_accumulation_step(timer, t.model, spec.loss, opt, k=k, batch=micro.__getitem__, data_wait=False,
+                                    no_sync=no_sync)
+        out[k, no_sync]["breakdown"] = timer.steps
     return out
 
 
@@ -185,6 +209,7 @@ def run_worker(cfg: OverlapExperimentConfig, topo: Topology, writer: RecordWrite
 
     rank = rank_setup(cfg, topo)
     device, lead, b, world = rank.device, rank.lead, cfg.batch_size, topo.world_size
+    record_tf32(writer)  # every rank: TF32 can differ between nodes
     if lead:
         writer.add("topology", None, "", text=topo.describe(),
                    labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
@@ -193,6 +218,8 @@ def run_worker(cfg: OverlapExperimentConfig, topo: Topology, writer: RecordWrite
         spec = MODELS.get(model_name)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         base = spec.build().to(device)
+        # Before DDP (which would broadcast rank 0's weights and hide a rank seeded differently).
+        record_same_start(writer, base, lead=lead, labels={"model": model_name})
         grad_bytes = sum(p.numel() * p.element_size() for p in base.parameters() if p.requires_grad)
         # each rank its own data, as in data parallelism; series of smaller k use the first micro-batches
         micro = _split(spec.synthetic_batch(max(cfg.micro_steps) * b, device=device,
@@ -245,6 +272,8 @@ def run_worker(cfg: OverlapExperimentConfig, topo: Topology, writer: RecordWrite
             progress(f"{model_name} / k={k} / no_sync={no_sync}: step p50 "
                      f"{sorted(r['mode'])[len(r['mode']) // 2] * 1e3:.1f} ms, "
                      f"{r['counts'][-1][1] / grad_bytes:g} synchronisation(s) per step")
+            # This rank's own phases (a faster rank waits longer for the others' buckets).
+            write_breakdown(writer, r["breakdown"], labels, not_measured={"data_wait": NO_DATA_WAIT})
             if not lead:
                 continue
             writer.add("params_agree", float(agreed == checked), "bool", labels=labels,

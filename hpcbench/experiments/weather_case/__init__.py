@@ -1,6 +1,7 @@
 """Experiment ``weather_case``: the guide's tuning case as an ablation — original, communication-tuned, full (C7)."""
 
 from hpcbench.core.units import approx_bytes
+from hpcbench.diag.records import BREAKDOWN_STEPS, TRACE_STEPS
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
 from hpcbench.experiments.weather_case.config import WeatherCaseConfig
@@ -23,7 +24,8 @@ def estimate(cfg: WeatherCaseConfig) -> Estimate:
     twin (weights, gradients, buckets: 3 copies each) and, with quant2bit, the error-feedback
     residuals (about 1 copy); the layer outputs of one micro-batch; and the rank's forecasting
     pairs (inputs and targets). Time: per stage, the loss check's micro-steps, then (warm-up +
-    timed) optimizer steps of k micro-steps, twice (stage and twin), plus the data generation.
+    timed) optimizer steps of k micro-steps, twice (stage and twin), then the step breakdown's
+    extra steps (and, with ``trace``, the first stage's profiled ones), plus the data generation.
     """
     gpu = cfg.backend == "nccl"
     speed = GPU_SPEED if gpu else CPU_SPEED
@@ -40,7 +42,10 @@ def estimate(cfg: WeatherCaseConfig) -> Estimate:
         return Estimate(RANK_BYTES + data_bytes, ranks, None,
                         basis=f"no footprint for {cfg.model}: one bare process per rank and its data only")
     micro_steps = sum(cfg.loss_samples // cfg.micro_batch
-                      + 2 * (cfg.warmup_steps + cfg.steps) * s.micro_steps(cfg.micro_steps) for s in stages)
+                      + (2 * (cfg.warmup_steps + cfg.steps) + BREAKDOWN_STEPS) * s.micro_steps(cfg.micro_steps)
+                      for s in stages)
+    if cfg.trace:  # the first stage is profiled once
+        micro_steps += TRACE_STEPS * stages[0].micro_steps(cfg.micro_steps)
     generated = ranks * data_bytes / 2 if cfg.data_source == "hdf5" and not cfg.data else 0
     seconds = TASK_STARTUP_S + micro_steps * micro + generated / _GENERATE_BYTES_S
     peak = model_bytes + (0 if gpu else data_bytes)

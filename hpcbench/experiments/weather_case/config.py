@@ -61,6 +61,9 @@ class WeatherCaseConfig(DistributedConfig):
                           "a small one is generated into the task's folder", allowed="a folder holding "
                           "manifest.json, or empty")
     seed: int = param(0, "seed of the initial weights, the data order and the generated data set", min=0)
+    trace: bool = param(True, "profile 4 extra untimed optimizer steps (1 wait, 1 warm-up, 2 recorded) of the "
+                              "first stage, the loader in the loop, and write each rank's Chrome/Perfetto trace "
+                              "to <task dir>/trace/<rank>.json, linked from the report; false: no trace")
 
     def validate(self) -> None:
         if not self.stages:

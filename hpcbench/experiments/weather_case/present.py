@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.core.units import format_bytes
+from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.weather_case.plot import draw_speedups, speedup_frame
 from hpcbench.experiments.weather_case.stages import STAGE_ORDER
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
-                                 present_stats, text_table)
+                                 present_stats, source_variants, text_table)
 
 #: Columns pooled over launches as the median of the per-launch values.
 MEDIAN_COLUMNS = ("micro_step_p50_ms", "busy_share_p50", "bytes_across_nodes", "loss_vs_original")
@@ -98,7 +99,15 @@ def present_weather_case(data: ExperimentData) -> list[Section]:
     section.figures.append(Figure(title="speed-up of each stage over original: the guide's and ours",
                                   png_base64=png_of(fig),
                                   alt="bars per stage of original's time over the stage's, the guide's beside ours"))
-    table = text_table(data.text, caption="Facts, stage set-ups and how bytes were counted")
+    if len(data.stats):
+        section.tables += diagnostics_tables(
+            data.stats, data.text, source_variants(data.stats, data.sources), ["stage"], prefix="weather-case",
+            series=[(s,) for s in stages],
+            caption="where an optimizer step's time goes: extra, untimed steps per stage after the timing (the "
+                    "timed steps cannot be wrapped without changing them), their micro-batches read from the "
+                    "loader as they go (data_wait: the HDF5 reads), each phase summed over the k micro-steps, "
+                    "every rank's")
+    table = text_table(without_diagnostics(data.text), caption="Facts, stage set-ups and how bytes were counted")
     if table is not None:
         section.tables.append(table)
     section.tables += evidence_tables(data, ["stage", "micro_step_p50_ms", "busy_share_p50", "speedup_vs_original",

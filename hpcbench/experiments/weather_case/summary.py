@@ -7,16 +7,21 @@ from typing import Any
 
 from hpcbench.core.results import expand_labels
 from hpcbench.core.sanity import Verification
+from hpcbench.diag.report import breakdown_columns
 from hpcbench.experiments.weather_case.config import LOSS_TOLERANCE, WeatherCaseConfig
 from hpcbench.experiments.weather_case.stages import BASELINE, STAGE_ORDER, STAGES
 
 EXPERIMENT = "weather_case"
 METRICS = ("micro_steps", "loss_initial", "loss_final", "ranks_agree", "sync_bytes", "bytes_across_nodes",
-           "wire_ratio", "bucket_count", "step_time", "micro_step_time", "busy_share")
+           "wire_ratio", "bucket_count", "step_time", "micro_step_time", "busy_share", "step_phase_seconds",
+           "step_jitter")
+#: Step phases summarised as ``<phase>_p50_ms`` (:mod:`hpcbench.diag.step_breakdown`).
+BREAKDOWN_PHASES = ("data_wait", "forward", "backward", "comm_wait", "optimizer", "other")
 COLUMNS = ["stage", "order", "setup", "micro_steps", "guide_ms", "guide_util", "guide_speedup",
            "micro_step_p50_ms", "step_p50_ms", "noop_step_p50_ms", "busy_share_p50", "speedup_vs_original",
            "bytes_across_nodes", "sync_bytes", "wire_ratio", "loss_initial", "loss_final", "loss_vs_original",
-           "loss_ok", "ranks_agree", "steps", "samples", "ok", "problem"]
+           "loss_ok", "ranks_agree", *(f"{p}_p50_ms" for p in BREAKDOWN_PHASES), "jitter_max", "steps", "samples",
+           "ok", "problem"]
 
 
 def _median(values: Any) -> float:
@@ -37,7 +42,11 @@ def summarize(records: Any) -> Any:
     * ``bytes_across_nodes``: bytes leaving one node per micro-step (see ``traffic``);
     * ``loss_vs_original``: final loss / ``original``'s; ``loss_ok`` within :data:`LOSS_TOLERANCE`;
     * ``ok`` is False (with ``problem``) when the loss check failed or the ranks ended with
-      different parameters: such a stage never counts in a verdict.
+      different parameters: such a stage never counts in a verdict;
+    * ``<phase>_p50_ms`` for :data:`BREAKDOWN_PHASES` and ``jitter_max`` (T-diag): medians over every
+      rank's extra, untimed optimizer steps with the loader in the loop (each phase summed over
+      the step's k micro-steps; ``data_wait`` is the HDF5 read), and the largest rank's
+      step-time std / mean over them.
     """
     import pandas as pd
 
@@ -79,6 +88,7 @@ def summarize(records: Any) -> Any:
             "loss_initial": initial,
             "loss_final": _first(pick("loss_final")),
             "ranks_agree": bool(agree.min() == 1.0) if len(agree) else None,
+            **breakdown_columns(g, BREAKDOWN_PHASES),
             "steps": len(micro),
             "samples": tuple(float(v) for v in micro),
         })

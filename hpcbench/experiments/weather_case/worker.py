@@ -18,18 +18,33 @@ starts from the same initial weights and sees the same micro-batches on the same
    (:mod:`~hpcbench.experiments.weather_case.traffic` says how each is counted).
 
 Data are read (or made) before any of this: the steps time compute and communication, not I/O.
+
+Diagnostics (T-diag, :mod:`hpcbench.diag`): every rank records its TF32 settings and checks that
+every rank built the same initial weights. The timed steps run through
+:func:`~hpcbench.parallel.overlap.accumulation_step` on pairs read beforehand, which a phase timer
+cannot wrap without changing the code measured; so after the timing each stage takes
+:data:`~hpcbench.diag.records.BREAKDOWN_STEPS` extra, untimed optimizer steps whose micro-batches
+come from the real loader as they go (:func:`batch_reader`: the HDF5 set read with
+WeatherDataset), each split into data wait, forward, backward, exposed communication wait and
+optimizer (:func:`~hpcbench.diag.records.phase_accumulation_step`), with each rank's jitter. With
+``trace`` the first stage is profiled for a few more such steps and each rank's Chrome trace is
+written to ``<task dir>/trace/<rank>.json``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordWriter
+from hpcbench.diag.records import (BREAKDOWN_STEPS, phase_accumulation_step, record_same_start, record_tf32,
+                                   record_trace)
+from hpcbench.diag.step_breakdown import StepTimer, write_breakdown
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.weather_case.config import WeatherCaseConfig
 from hpcbench.experiments.weather_case.stages import STAGES, Stage
@@ -109,18 +124,7 @@ def load_pairs(cfg: WeatherCaseConfig, spec: Any, topo: Topology, n: int) -> tup
     if cfg.data_source == "synthetic":
         x, y = spec.synthetic_batch(n, device="cpu", seed=cfg.seed * 100003 + topo.rank)
         return x, y, f"synthetic travelling waves, {n} pairs per rank"
-    from hpcbench.data.readers.weather import WeatherDataset
-
-    # verify="size": the data are the workload's input, not under test; a full hash per shard
-    # would only lengthen the start-up.
-    ds = WeatherDataset(cfg.data, rank=topo.rank, world_size=topo.world_size, seed=cfg.seed, verify="size")
-    want = (spec.channels, *spec.grid)
-    if ds.sample_shape != want:
-        raise ConfigError(f"{cfg.data} holds (channels, lat, lon) = {ds.sample_shape}, {cfg.model} needs {want}",
-                          field="data", config="WeatherCaseConfig")
-    if len(ds) == 0:
-        raise ConfigError(f"{cfg.data} has {ds.pairs} pairs: none for rank {topo.rank} of {topo.world_size}",
-                          field="data", config="WeatherCaseConfig")
+    ds = _dataset(cfg, spec, topo)
     xs, ys, epoch = [], [], 0
     while len(xs) < n:
         ds.set_epoch(epoch)
@@ -133,6 +137,59 @@ def load_pairs(cfg: WeatherCaseConfig, spec: Any, topo: Topology, n: int) -> tup
     return (torch.stack(xs), torch.stack(ys),
             f"weather HDF5 set {cfg.data}: {ds.pairs} pairs, {n} per rank read in blocks of {ds.block_size} "
             f"({epoch} epoch(s))")
+
+
+def _dataset(cfg: WeatherCaseConfig, spec: Any, topo: Topology) -> Any:
+    """This rank's WeatherDataset of ``cfg.data``, checked against the model's grid."""
+    from hpcbench.data.readers.weather import WeatherDataset
+
+    # verify="size": the data are the workload's input, not under test; a full hash per shard
+    # would only lengthen the start-up.
+    ds = WeatherDataset(cfg.data, rank=topo.rank, world_size=topo.world_size, seed=cfg.seed, verify="size")
+    want = (spec.channels, *spec.grid)
+    if ds.sample_shape != want:
+        raise ConfigError(f"{cfg.data} holds (channels, lat, lon) = {ds.sample_shape}, {cfg.model} needs {want}",
+                          field="data", config="WeatherCaseConfig")
+    if len(ds) == 0:
+        raise ConfigError(f"{cfg.data} has {ds.pairs} pairs: none for rank {topo.rank} of {topo.world_size}",
+                          field="data", config="WeatherCaseConfig")
+    return ds
+
+
+def batch_reader(cfg: WeatherCaseConfig, spec: Any, topo: Topology, device: Any) -> Callable[[int], tuple[Any, Any]]:
+    """Micro-batches of ``micro_batch`` pairs read while the steps run: the loader the breakdown's data wait times.
+
+    HDF5: this rank's WeatherDataset, epoch after epoch (blocks are read, with the reader's
+    read-ahead, as the pairs are consumed), each micro-batch stacked and moved to ``device``.
+    Synthetic: each micro-batch made on the call (making it is that source's loading).
+
+    Returns:
+        ``read(i)`` -> ``(x, y)``; ``i`` (the micro-step) is not used: every call gives the next batch.
+    """
+    import torch
+
+    if cfg.data_source == "synthetic":
+        calls = itertools.count(1)
+
+        def make(_: int) -> tuple[Any, Any]:
+            return spec.synthetic_batch(cfg.micro_batch, device=device,
+                                        seed=cfg.seed * 100003 + topo.rank + 7919 * next(calls))
+        return make
+    ds = _dataset(cfg, spec, topo)
+
+    def pairs() -> Iterator[dict[str, Any]]:
+        epoch = 0
+        while True:
+            ds.set_epoch(epoch)
+            yield from ds
+            epoch += 1
+
+    stream = pairs()
+
+    def read(_: int) -> tuple[Any, Any]:
+        items = [next(stream) for _ in range(cfg.micro_batch)]
+        return (torch.stack([it["x"] for it in items]).to(device), torch.stack([it["y"] for it in items]).to(device))
+    return read
 
 
 # -- one stage ---------------------------------------------------------------------------------
@@ -198,6 +255,7 @@ def _stepper(model: Any, opt: Any, groups: list[list[tuple[Any, Any]]], loss_fn:
 def run_worker(cfg: WeatherCaseConfig, topo: Topology, writer: RecordWriter) -> None:
     """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
     import torch
+    import torch.distributed as dist
 
     from hpcbench.dist.worker import progress, rank_setup
     from hpcbench.models import MODELS
@@ -208,6 +266,7 @@ def run_worker(cfg: WeatherCaseConfig, topo: Topology, writer: RecordWriter) -> 
     rank = rank_setup(cfg, topo)
     device, lead = rank.device, rank.lead
     spec = MODELS.get(cfg.model)
+    record_tf32(writer)  # every rank: TF32 can differ between nodes
     if lead:
         writer.add("topology", None, "", text=topo.describe(),
                    labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
@@ -219,6 +278,8 @@ def run_worker(cfg: WeatherCaseConfig, topo: Topology, writer: RecordWriter) -> 
         writer.add("data", None, "", text=about)
     torch.manual_seed(cfg.seed)
     base = spec.build().to(device)
+    # Before DDP (which would broadcast rank 0's weights and hide a rank seeded differently).
+    record_same_start(writer, base, lead=lead, labels={"model": cfg.model})
     runs = [stage_run(cfg, name) for name in cfg.stages]
     # Creating process groups is collective: one state, shared by every hierarchical stage.
     state = HierarchicalState.from_topology(topo) if any(MODES.get(r.stage.mode).uses_groups for r in runs) else None
@@ -300,6 +361,26 @@ def run_worker(cfg: WeatherCaseConfig, topo: Topology, writer: RecordWriter) -> 
             writer.add("step_time", t0, "s", step=step, labels={**labels, "comm": "noop"})
             writer.add("micro_step_time", t / run.k, "s", step=step, labels=labels)
             writer.add("busy_share", t0 / t if t > 0 else math.nan, "fraction", step=step, labels=labels)
+
+    # 3. diagnostics: extra, untimed steps with the loader in the loop (every counter above is read already)
+    read = batch_reader(cfg, spec, topo, device)
+    for name, entry in timed.items():
+        run = entry["run"]
+        model = entry["model"]
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr * run.k)
+
+        def step(timer: StepTimer, model: Any = model, opt: Any = opt, run: StageRun = run) -> None:
+            dist.barrier()  # every rank the same steps, lined up like the timed ones
+            phase_accumulation_step(timer, model, spec.loss, opt, k=run.k, batch=read, data_wait=True,
+                                    no_sync=run.stage.no_sync)
+
+        timer = StepTimer(device, annotate=False)
+        for _ in range(BREAKDOWN_STEPS):
+            step(timer)
+        # This rank's own phases (a faster rank waits longer for the others' buckets).
+        write_breakdown(writer, timer.steps, {"stage": name})
+        if cfg.trace and name == runs[0].stage.name:
+            record_trace(writer, step, device=device, rank=topo.rank, labels={"stage": name})
 
 
 def _bytes_across(run: StageRun, entry: dict, layout: list[int], topo: Topology,
