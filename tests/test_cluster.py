@@ -83,7 +83,10 @@ def _srun(info, *args: str, timeout: float = 60, whole_node: bool = True) -> sub
 
 
 def _throughput(info, tool: Path, srun_args: list[str], host: str, port: int, seconds: float = 1.5) -> dict:
-    proc = _srun(info, *srun_args, "-l", sys.executable, str(tool), host, str(port), str(seconds))
+    # Two ends on one node: one allocated CPU each (whole-node tasks would not fit twice).
+    whole_node = "-n2" not in srun_args
+    proc = _srun(info, *srun_args, "-l", sys.executable, str(tool), host, str(port), str(seconds),
+                 whole_node=whole_node)
     lines = [line.split(":", 1)[1] for line in proc.stdout.splitlines() if line.startswith("1:")]
     assert lines, proc.stdout + proc.stderr
     return json.loads(lines[-1])
