@@ -21,7 +21,7 @@ from conftest import missing
 from hpcbench.cluster import network
 from hpcbench.cluster.node_faults import (BLKIO_ROOT, CGROUP_PREFIX, CpuContention, DegradedLink, NodeFaultError,
                                           SlowStorage, allowed_cpus, blkio_cgroup_of, block_device_of, node_link,
-                                          parse_cpu_list, storage_throttle_problem, tcp_counters)
+                                          storage_throttle_problem, tcp_counters)
 
 #: Bytes sent node to node through the degraded link (1 MB at 20 mbit/s: ~0.4 s; at 50 mbit/s ~0.17 s).
 TRANSFER_BYTES = 1 << 20
@@ -209,8 +209,7 @@ def test_cpu_contention_pins_busy_processes_to_the_ranks_cpus_and_stops_them():
         sleeper.wait()
 
 
-def test_cpu_list_and_refusals():
-    assert parse_cpu_list("0-3,6") == [0, 1, 2, 3, 6] and parse_cpu_list("1\n") == [1]
+def test_contention_refusals():
     with pytest.raises(NodeFaultError, match="no process"):
         CpuContention("n2", [])
     with pytest.raises(NodeFaultError, match="per_cpu"):

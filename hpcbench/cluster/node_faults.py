@@ -42,6 +42,7 @@ from typing import Iterable, Mapping, Sequence
 from hpcbench.cluster import network
 from hpcbench.cluster.host_commands import ClusterError
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.system.inventory import parse_cpulist
 
 #: Where cgroup v1 mounts the blkio controller.
 BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
@@ -436,22 +437,11 @@ class SlowStorage(NodeFault):
 
 # -- CPU ----------------------------------------------------------------------------------
 
-def parse_cpu_list(text: str) -> list[int]:
-    """``"0-3,6"`` -> ``[0, 1, 2, 3, 6]`` (the kernel's list format)."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return sorted(cpus)
-
-
 def allowed_cpus(pid: int) -> list[int]:
     """The CPUs ``pid`` may run on: ``Cpus_allowed_list`` of ``/proc/PID/status``."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Cpus_allowed_list:"):
-            return parse_cpu_list(line.split(":", 1)[1])
+            return sorted(set(parse_cpulist(line.split(":", 1)[1])))
     raise NodeFaultError(f"/proc/{pid}/status has no Cpus_allowed_list")
 
 
