@@ -42,6 +42,7 @@ from typing import Iterable, Mapping, Sequence
 from hpcbench.cluster import network
 from hpcbench.cluster.host_commands import ClusterError
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.monitor.sources.tcp import parse_snmp
 from hpcbench.system.inventory import parse_cpulist
 
 #: Where cgroup v1 mounts the blkio controller.
@@ -163,16 +164,10 @@ def tcp_counters(netns: str | None = None) -> dict[str, float]:
         text = Path("/proc/net/snmp").read_text()
     else:
         text = _run(in_netns(netns, ["cat", "/proc/net/snmp"])).stdout
-    rows = [line.split()[1:] for line in text.splitlines() if line.startswith("Tcp:")]
-    if len(rows) < 2:
+    counters = parse_snmp(text).get("Tcp")
+    if not counters:
         raise NodeFaultError(f"/proc/net/snmp in {netns or 'this namespace'} has no Tcp counters")
-    out = {}
-    for name, value in zip(rows[0], rows[1]):
-        try:
-            out[name] = float(value)
-        except ValueError:
-            continue
-    return out
+    return counters
 
 
 @dataclass(frozen=True)

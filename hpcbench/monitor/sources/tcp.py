@@ -15,11 +15,11 @@ from typing import Callable, Iterable
 from hpcbench.monitor.sources import Sample, Source
 
 
-def read_snmp(path: str | Path) -> dict[str, dict[str, float]]:
-    """``/proc/net/snmp`` as ``{"Tcp": {"OutSegs": ..., ...}, "Udp": {...}}`` (header line, value line)."""
+def parse_snmp(text: str) -> dict[str, dict[str, float]]:
+    """``/proc/net/snmp``'s text as ``{"Tcp": {"OutSegs": ..., ...}, "Udp": {...}}`` (header line, value line)."""
     tables: dict[str, dict[str, float]] = {}
     header: dict[str, list[str]] = {}
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         proto, _, rest = line.partition(":")
         fields = rest.split()
         if proto not in header:
@@ -33,6 +33,11 @@ def read_snmp(path: str | Path) -> dict[str, dict[str, float]]:
                 continue
         tables[proto] = values
     return tables
+
+
+def read_snmp(path: str | Path) -> dict[str, dict[str, float]]:
+    """:func:`parse_snmp` of the file at ``path``."""
+    return parse_snmp(Path(path).read_text())
 
 
 class TcpSource(Source):
