@@ -76,3 +76,25 @@ def test_bind_mode_comes_from_the_argument_then_the_environment():
     with pytest.raises(ConfigError) as exc:
         bind_mode("cores", {})
     assert exc.value.field == "bind"
+
+
+def test_the_report_shows_bindings_in_their_own_table_not_as_unmeasured_values():
+    from hpcbench.core.results import expand_labels
+    from hpcbench.report.kit import rank_binding_table, split_binding_rows
+
+    def row(rank, field, text, bind="plan"):
+        return {"source": "run", "variant": "v", "node": "n1", "rank": rank, "metric": "rank_binding",
+                "labels": json.dumps({"bind": bind, "field": field}), "text": text}
+
+    text = expand_labels(pd.DataFrame([
+        row(0, "cpus_allowed_list", "0"), row(1, "cpus_allowed_list", "0-1"),
+        row(1, "mismatch", "local rank 1: Cpus_allowed_list 0-1, planned 1"),
+        {"source": "run", "variant": "v", "node": "n1", "rank": 0, "metric": "busbw", "labels": "{}",
+         "text": "not applicable: one node"}]))
+    rest, binding = split_binding_rows(text)
+    assert rest["metric"].tolist() == ["busbw"] and len(binding) == 3
+    table = rank_binding_table(binding)
+    facts = {r[3].text: [p.text for p in r[-1].parts] for r in table.rows}
+    assert facts["0"] == ["cpus_allowed_list: 0"]
+    assert "mismatch: local rank 1: Cpus_allowed_list 0-1, planned 1" in facts["1"]
+    assert [r[4].text for r in table.rows] == ["plan", "plan"] and table.collapsed

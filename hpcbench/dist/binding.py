@@ -73,6 +73,7 @@ def record_binding(writer: Any, mode: str, planned: Any = None) -> list[str]:
                         f"gpu {planned.gpu}; threads {planned.threads}")
         # The GPU and NIC are not applied here (see apply_plan_for_this_rank): compare what was.
         mismatches = binding_mismatches(replace(planned, gpu=None, nic=None), observed)
-        writer.add("rank_binding_mismatches", len(mismatches), "count", labels=labels,
-                   text="; ".join(mismatches) or None)
+        writer.add("rank_binding_mismatches", len(mismatches), "count", labels=labels)
+        for sentence in mismatches:  # as text too, so the report's binding table shows them
+            writer.add("rank_binding", None, "", labels={**labels, "field": "mismatch"}, text=sentence)
     return mismatches

@@ -26,7 +26,7 @@ from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import COLUMNS, empty_frame
 from hpcbench.report.aggregate import Aggregate, Source, aggregate, check_sources, load_sources, print_warning
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, file_link, fmt_number, page_template,
-                                 png_of, present_stats, slug)
+                                 png_of, present_stats, rank_binding_table, slug, split_binding_rows)
 from hpcbench.report.publish import report_manifest, write_report_manifest
 from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, replacing_report_folder
 
@@ -384,10 +384,15 @@ def experiment_sections(agg: Aggregate) -> list[Section]:
             parts = [frame[frame["experiment"] == name].assign(source=label)
                      for label, frame in agg.records_by_source.items()]
             raw = pd.concat(parts, ignore_index=True) if parts else None
+        text, binding = split_binding_rows(agg.experiment_text(name))
         data = ExperimentData(experiment=name, sources=agg.labels, stats=agg.experiment_stats(name),
-                              text=agg.experiment_text(name), raw=raw, summaries=agg.summaries(name))
+                              text=text, raw=raw, summaries=agg.summaries(name))
         try:
-            sections += present(data)
+            presented = present(data)
+            table = rank_binding_table(binding)
+            if presented and table is not None:
+                presented[0].tables.append(table)
+            sections += presented
         except Exception as exc:  # noqa: BLE001 - one broken presenter must not hide the rest
             sections.append(Section(title=f"Experiment: {name}", id=f"exp-{slug(name)}",
                                     notes=[Cell(f"presenting failed: {type(exc).__name__}: {exc}", "fail")]))

@@ -207,6 +207,38 @@ def text_table(text: pd.DataFrame, *, caption: str = "Text records") -> Table | 
                  caption=caption)
 
 
+#: Text rows every launch writes about where each rank ran (:mod:`hpcbench.dist.binding`): facts of
+#: the launch, not values "not measured", so they get their own table (:func:`rank_binding_table`).
+BINDING_METRICS = ("rank_binding", "rank_binding_planned", "rank_binding_mismatches")
+
+
+def split_binding_rows(text: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the text rows without the ranks' binding facts, those facts)."""
+    if not len(text) or "metric" not in text.columns:
+        return text, text.iloc[0:0]
+    mask = text["metric"].isin(BINDING_METRICS)
+    return text[~mask], text[mask]
+
+
+def rank_binding_table(binding: pd.DataFrame) -> Table | None:
+    """Per task and rank, what the kernel says the rank had (CPUs, memory nodes, policy, threads...), under
+    which bind mode, and how it differed from the plan; one row per distinct combination."""
+    if not len(binding):
+        return None
+    what = {"rank_binding_planned": "planned", "rank_binding_mismatches": "differs from the plan"}
+    frame = binding.assign(
+        rank=binding["rank"] if "rank" in binding.columns else "",
+        bind=binding["bind"] if "bind" in binding.columns else "",
+        fact=[f"{what.get(m) or (f if isinstance(f, str) else m)}: {t}"
+              for m, f, t in zip(binding["metric"], binding.get("field", [None] * len(binding)), binding["text"])])
+    keys = ["source", "variant", "node", "rank", "bind"]
+    rows = [[*(Cell(str(k)) for k in key), Cell(parts=tuple(Cell(f) for f in sorted(set(g["fact"]))))]
+            for key, g in frame.groupby(keys, sort=True, dropna=False)]
+    return Table(columns=[*keys, "what the rank had"], rows=rows,
+                 caption="Where each rank ran: CPUs, memory nodes, memory policy and threads as the kernel "
+                         "reported them (and, under bind=plan, every difference from the plan)", collapsed=True)
+
+
 def present_stats(data: ExperimentData) -> list[Section]:
     section = Section(title=f"Experiment: {data.experiment}", id=f"exp-{slug(data.experiment)}")
     if len(data.stats):
