@@ -27,6 +27,7 @@ LINK_PEAKS_GBPS = {
     "HDR InfiniBand (200 Gb/s)": 200e9 / 8 / GB,   # the guide's fabric (C16)
     "NDR InfiniBand (400 Gb/s)": 400e9 / 8 / GB,
     "NVLink 3 (A100, per GPU)": 300.0,             # 600 GB/s bidirectional
+    "NVLink 4 (H100/H200, per GPU)": 450.0,        # 900 GB/s bidirectional (H100, H200 data sheets)
 }
 #: GPUs per node on the guide's platform (C16: "8 x A100").
 GUIDE_GPUS_PER_NODE = 8
