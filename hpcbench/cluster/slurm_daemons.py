@@ -71,9 +71,11 @@ def render_slurm_conf(*, controller_host: str, controller_address: str, nodes: S
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "ProctrackType=proctrack/linuxproc",
-        # task/affinity so that an explicit `srun --cpu-bind=...` (an affinity plan) really binds;
-        # TaskPluginParam=None keeps every other step unbound, as before: the emulated nodes share
-        # the host's cores, and auto-binding would put each node's first task on the same core.
+        # task/affinity so that an explicit `srun --cpu-bind=...` (an affinity plan) really binds.
+        # TaskPluginParam=None: no automatic binding to cores or threads; a step is still confined
+        # to the CPUs it was allocated, as on a real cluster. The emulated nodes share the host's
+        # cores, so a one-CPU task sits on CPU 0 on every node: jobs here take whole nodes
+        # (--exclusive in the backend's templates; -c <cpus> for a bare srun).
         "TaskPlugin=task/affinity",
         "TaskPluginParam=None",
         "SelectType=select/cons_tres",
