@@ -150,6 +150,16 @@ def _proc_status(path: str | Path = "/proc/self/status") -> dict[str, str]:
     return fields
 
 
+def cpus_allowed_list(pid: int | str = "self") -> str:
+    """``Cpus_allowed_list`` of ``/proc/<pid>/status`` as the kernel writes it (``"0-3,8"``; "" if absent)."""
+    return _proc_status(f"/proc/{pid}/status").get("Cpus_allowed_list", "")
+
+
+def allowed_cpus(pid: int | str = "self") -> list[int]:
+    """The CPUs process ``pid`` may run on, sorted."""
+    return sorted(set(parse_cpulist(cpus_allowed_list(pid))))
+
+
 def observed_binding() -> dict:
     """What the calling process really has: CPUs, memory nodes and policy, threads, GPU, NIC.
 

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from hpcbench.affinity.applied import allowed_cpus
 from hpcbench.cluster import network
 from hpcbench.cluster.host_commands import ClusterError
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.monitor.sources.tcp import parse_snmp
-from hpcbench.system.inventory import parse_cpulist
 
 #: Where cgroup v1 mounts the blkio controller.
 BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
@@ -431,14 +431,6 @@ class SlowStorage(NodeFault):
 
 
 # -- CPU ----------------------------------------------------------------------------------
-
-def allowed_cpus(pid: int) -> list[int]:
-    """The CPUs ``pid`` may run on: ``Cpus_allowed_list`` of ``/proc/PID/status``."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return sorted(set(parse_cpulist(line.split(":", 1)[1])))
-    raise NodeFaultError(f"/proc/{pid}/status has no Cpus_allowed_list")
-
 
 class CpuContention(NodeFault):
     """``per_cpu`` busy processes on every CPU the processes ``pids`` may run on.

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcbench.core.errors import ConfigError
+from hpcbench.core.metrics import busbw_factor
 from hpcbench.parallel.compression import message_bytes
 from hpcbench.parallel.hooks import padded_length
 
@@ -78,12 +79,13 @@ def _check_layout(nodes: int, ranks_per_node: int) -> None:
                           config="scale model")
 
 
-RING_FACTORS = {
-    # op: (bytes per rank / S, steps as a function of ranks)
-    "all_reduce": (lambda n: 2.0 * (n - 1) / n, lambda n: 2 * (n - 1)),
-    "reduce_scatter": (lambda n: (n - 1) / n, lambda n: n - 1),
-    "all_gather": (lambda n: (n - 1) / n, lambda n: n - 1),
-    "broadcast": (lambda n: 1.0 if n > 1 else 0.0, lambda n: n - 1),
+#: Latency steps of a ring (chain for broadcast) over n ranks. The bytes each rank sends are S times
+#: nccl-tests' bus-bandwidth factor of the op (:func:`hpcbench.core.metrics.busbw_factor`).
+RING_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "reduce_scatter": lambda n: n - 1,
+    "all_gather": lambda n: n - 1,
+    "broadcast": lambda n: n - 1,
 }
 
 
@@ -97,12 +99,12 @@ def collective_cost(op: str, nbytes: float, *, nodes: int, ranks_per_node: int) 
         ConfigError: unknown ``op`` (the message lists the valid ones) or a bad layout.
     """
     _check_layout(nodes, ranks_per_node)
-    if op not in RING_FACTORS:
-        raise ConfigError(f"unknown collective {op!r}; valid: {sorted(RING_FACTORS)}", field="op",
+    if op not in RING_STEPS:
+        raise ConfigError(f"unknown collective {op!r}; valid: {sorted(RING_STEPS)}", field="op",
                           config="scale model")
     n = nodes * ranks_per_node
-    factor, steps_of = RING_FACTORS[op]
-    per_rank = factor(n) * nbytes
+    steps_of = RING_STEPS[op]
+    per_rank = busbw_factor(op, n) * nbytes if n > 1 else 0.0  # one rank sends nothing
     steps = steps_of(n)
     inter_steps = steps_of(nodes) if nodes > 1 else 0
     return Stage(name=f"ring {op}", op=op, group="world",
@@ -262,5 +264,5 @@ def world_bytes(stages: list[Stage]) -> float:
     return sum(s.world_bytes for s in stages)
 
 
-__all__ = ["FP32_BYTES", "RING_FACTORS", "Stage", "collective_cost", "half_precision_allreduce",
+__all__ = ["FP32_BYTES", "RING_STEPS", "Stage", "collective_cost", "half_precision_allreduce",
            "hierarchical_allreduce", "quant2bit_allreduce", "ring_allreduce", "tree_allreduce", "world_bytes"]

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable
 
+from hpcbench.affinity.applied import cpus_allowed_list
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordWriter
 from hpcbench.dist.topology import Topology
@@ -97,15 +98,6 @@ def pin_threads(pid: int, cpus: Any) -> None:
             os.sched_setaffinity(int(tid), set(cpus))
         except (ProcessLookupError, FileNotFoundError):
             pass  # the thread ended meanwhile
-
-
-def allowed_cpus(pid: int) -> str:
-    """``Cpus_allowed_list`` of process ``pid`` as the kernel reports it."""
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("Cpus_allowed_list:"):
-                return line.split(":", 1)[1].strip()
-    return ""
 
 
 def _thp_setting(path: str) -> str:
@@ -305,7 +297,7 @@ def time_binding(pair: Pair) -> None:
         if MISTAKE not in seen:
             seen.add(MISTAKE)
             observed = observed_binding()
-            got = allowed_cpus(os.getpid())
+            got = cpus_allowed_list(os.getpid())
             free = got == format_cpulist(pair.start_cpus)
             _record_applied(pair, "binding", MISTAKE, free,
                             f"Cpus_allowed_list {got}" + ("" if free else f", expected every start CPU "
@@ -391,10 +383,10 @@ def time_loader(pair: Pair) -> None:
         pin_threads(worker, cpus)
         if setting not in seen:
             seen.add(setting)
-            got = allowed_cpus(worker)
+            got = cpus_allowed_list(worker)
             _record_applied(pair, "loader", setting, got == format_cpulist(cpus),
                             f"worker Cpus_allowed_list {got}, intended {format_cpulist(cpus)}; rank "
-                            f"{allowed_cpus(os.getpid())}")
+                            f"{cpus_allowed_list(os.getpid())}")
 
     def step() -> None:
         for _ in range(cfg.loader_batches):
@@ -521,7 +513,6 @@ def _plan_text(plan: Any) -> dict[str, str]:
 def record_plan(pair: Pair) -> None:
     """The plan next to what not following it costs: table, srun arguments, numactl and env per rank, sbatch."""
     from hpcbench.affinity import emit
-
     from hpcbench.affinity.topology import format_cpulist
 
     w, plan, labels = pair.writer, pair.plan, {"plan": "ranks"}
