@@ -1,6 +1,7 @@
 """``make reproduce``: verdicts from the emulated cluster, end to end.
 
-1. Bring up the emulated 2-node SLURM cluster (:mod:`hpcbench.cluster`) with a fast link.
+1. Bring up the emulated SLURM cluster (:mod:`hpcbench.cluster`) with a fast link and as many
+   nodes as the suite's largest task asks for (at least 2).
 2. Calibrate: one short all_reduce sweep inside one node measures the intra-node busbw
    per rank on this machine.
 3. Shape the inter-node link so that the per-rank inter/intra-node bandwidth ratio is the
@@ -72,6 +73,17 @@ def recorded_link_rate(run_dir: Path) -> str:
     raise HpcbenchError(f"{run_dir} records no shaped link rate (fact.link_rate_bps); pass --link-rate")
 
 
+def nodes_needed(suite) -> int:
+    """The most nodes any task of ``suite`` asks for (its experiment's resources), at least 2."""
+    from hpcbench.experiments import EXPERIMENTS
+
+    most = 2
+    for task in suite.tasks:
+        exp = EXPERIMENTS.get(task.experiment)
+        most = max(most, exp.resources(exp.config.from_dict(task.params)).nodes)
+    return most
+
+
 def main(argv: list[str] | None = None) -> int:
     from hpcbench.cluster import ClusterSpec, check_prerequisites, cluster_down, cluster_up, reshape_links
     from hpcbench.report import build_report
@@ -102,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a killed job, a closed session) must still take the cluster down: turn it into an
     # exit that runs the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    info = cluster_up(ClusterSpec(nodes=2, link_rate=f"{MAX_LINK_MBIT}mbit", link_delay="0ms",
+    info = cluster_up(ClusterSpec(nodes=nodes_needed(suite), link_rate=f"{MAX_LINK_MBIT}mbit", link_delay="0ms",
                                   state_dir=args.state))
     os.environ.update(info.env())
     try:
