@@ -55,7 +55,16 @@ def test_empty_records_nothing_fabricated(records):
         assert row.verdict in VERDICTS
 
 
-def test_not_measured_detail_names_the_owner_or_says_none():
+def _disown(monkeypatch, claim_id: str) -> None:
+    """Take ``claim_id``'s rule away from whichever experiment owns it, for this test only."""
+    for name in EXPERIMENTS.names():
+        spec = EXPERIMENTS.get(name)
+        if claim_id in spec.rules:
+            monkeypatch.delitem(spec.rules, claim_id)
+
+
+def test_not_measured_detail_names_the_owner_or_says_none(monkeypatch):
+    _disown(monkeypatch, "C1")
     rows = {r.claim_id: r for r in evaluate_claims(pd.DataFrame(columns=["experiment"]))}
     assert "comm_modes" in rows["C3"].detail
     assert "No hpcbench experiment" in rows["C1"].detail
@@ -73,6 +82,117 @@ def test_raising_rule_is_inconclusive_and_names_the_error(monkeypatch):
                             "labels": ["{}"], "text": [None], "node": ["n"], "step": [0]})
     row = evaluate_claim("C3", records)
     assert row.verdict == "inconclusive" and "ValueError: boom" in row.detail
+
+
+# -- the predicted column: predictions from any experiment's SPEC ----------------------------------------
+
+PREDICTOR = "zz_predictor"
+
+
+def _rows(experiment: str, values: dict[str, float], run: str = "r") -> pd.DataFrame:
+    """One launch per value: the schema's columns, metric ``link_efficiency``."""
+    return pd.DataFrame({"run_id": [run] * len(values), "task_id": list(values), "experiment": experiment,
+                         "variant": "v", "repetition": 0, "params": "{}", "metric": "link_efficiency",
+                         "value": list(values.values()), "unit": "", "labels": "{}", "text": None, "node": "n",
+                         "step": 0})
+
+
+@pytest.fixture
+def predicting_experiment():
+    """A registered experiment that rules on nothing and predicts C17 (ruled by another) and C13; removed after."""
+    from hpcbench.core.config import Config
+    from hpcbench.experiments import Experiment, register
+
+    seen, summarized = [], []
+
+    def summarize(records):
+        summarized.append(len(records))
+        return pd.DataFrame({"link_efficiency": records["value"].to_numpy()})
+
+    def c17(claim, evidence):
+        seen.append(evidence)
+        return f"Model (test): {claim.id} from {evidence.experiment}, {len(evidence.launches)} launch(es)"
+
+    def c13(claim, evidence):
+        raise ValueError("boom")
+
+    register(Experiment(name=PREDICTOR, notebook="zz.ipynb", config=Config, description="throw-away",
+                        summarize=summarize, predictions={"C17": c17, "C13": c13}))
+    try:
+        yield seen, summarized
+    finally:
+        EXPERIMENTS._items.pop(PREDICTOR, None)
+
+
+def test_a_claim_ruled_by_one_experiment_is_predicted_by_another(predicting_experiment):
+    from hpcbench.report.ledger import GUIDE_ARITHMETIC, prediction_owners
+
+    assert prediction_owners()["C17"] == [PREDICTOR] and PREDICTOR not in rule_owners().get("C17", [])
+    row = evaluate_claim("C17", pd.DataFrame(columns=["experiment"]))
+    claim = get_claim("C17")
+    # No launches at all: the prediction still comes (platform data alone), the rule's owner is unchanged.
+    assert row.model_prediction == f"Model (test): C17 from {PREDICTOR}, 0 launch(es)"
+    assert row.predicted == f"{row.model_prediction} · {GUIDE_ARITHMETIC}: {claim.predicted}"
+    assert row.guide_arithmetic == claim.predicted and row.verdict == "not measured yet"
+    assert row.experiment == "comm_modes"
+    # Its own experiment's evidence, summarised, whatever else the records hold.
+    records = pd.concat([_rows(PREDICTOR, {"t1": 0.5, "t2": 0.7}), _rows("comm_modes", {"t9": 1.0})])
+    row = evaluate_claim("C17", records)
+    evidence = predicting_experiment[0][-1]
+    assert row.model_prediction.endswith("2 launch(es)") and evidence.experiment == PREDICTOR
+    assert sorted(evidence.summaries["link_efficiency"]) == [0.5, 0.7]
+
+
+def test_a_raising_predictor_gives_not_available_and_the_rest_of_the_ledger_stands(predicting_experiment):
+    rows = {r.claim_id: r for r in evaluate_claims(pd.DataFrame(columns=["experiment"]))}
+    assert len(rows) == 17
+    assert rows["C13"].model_prediction == "model: not available (ValueError: boom)"
+    assert rows["C13"].predicted == rows["C13"].model_prediction  # C13 has no arithmetic of its own
+    assert rows["C17"].model_prediction.startswith("Model (test)")
+    for cid in ("C10", "C16"):  # claims nobody predicts keep the guide's arithmetic alone
+        assert rows[cid].model_prediction == "" and rows[cid].predicted == get_claim(cid).predicted
+
+
+def test_the_guide_scale_model_reads_measured_inputs_through_the_extension_point(predicting_experiment):
+    from hpcbench.scale.guide_scale import predictor
+
+    EXPERIMENTS.get(PREDICTOR).predictions["C8"] = predictor("C8")
+    row = evaluate_claim("C8", _rows(PREDICTOR, {"t1": 0.5, "t2": 0.6, "t3": 0.9}))
+    assert row.model_prediction.startswith("Model (a100_hdr, inputs: ")
+    assert "link efficiency: 0.6 (measured, median of 3 launch(es))" in row.model_prediction
+    assert row.predicted.endswith(get_claim("C8").predicted)
+
+
+def test_evidence_is_summarised_once_per_experiment_and_one_claim_cannot_change_it_for_another(
+        predicting_experiment):
+    _, summarized = predicting_experiment
+
+    def mutating(claim, evidence):
+        evidence.summaries["added"] = 1.0
+        evidence.excluded.append("x")
+        return f"{claim.id}: {sorted(evidence.summaries.columns)} {evidence.excluded}"
+
+    EXPERIMENTS.get(PREDICTOR).predictions.update({"C17": mutating, "C13": mutating})
+    rows = {r.claim_id: r for r in evaluate_claims(_rows(PREDICTOR, {"t1": 0.5}))}
+    assert summarized == [1]
+    assert rows["C17"].model_prediction.endswith("['x']") and "'added'" in rows["C17"].model_prediction
+    assert rows["C13"].model_prediction == rows["C17"].model_prediction.replace("C17", "C13")
+
+
+def test_report_shows_the_model_and_the_guides_arithmetic_apart():
+    from hpcbench.report.html import _predicted_cell
+    from hpcbench.report.ledger import Judgement, row_of
+
+    claim = get_claim("C8")
+    row = row_of(claim, Judgement("not measured yet", NO_VALUE, "why"), None, "Model (x): 2x")
+    cell = _predicted_cell(["a", "b"], [row, None])
+    assert [(p.text, p.cls) for p in cell.parts] == [("Model (x): 2x", "model-prediction"),
+                                                     (f"Guide's arithmetic: {claim.predicted}", "guide-arithmetic")]
+    other = row_of(claim, Judgement("not measured yet", NO_VALUE, "why"), None, "Model (x): 3x")
+    assert [p.text for p in _predicted_cell(["a", "b"], [row, other]).parts][:2] == ["a: Model (x): 2x",
+                                                                                    "b: Model (x): 3x"]
+    plain = row_of(claim, Judgement("not measured yet", NO_VALUE, "why"), None)
+    assert _predicted_cell(["a"], [plain]).text == claim.predicted and not _predicted_cell(["a"], [plain]).parts
 
 
 def test_predicted_arithmetic_from_the_guides_figures():
@@ -231,6 +351,7 @@ def test_adding_an_experiment_is_one_package_and_one_notebook(tmp_path, monkeypa
             '        w.add("value", float(k), "", step=k)\n')
     nbformat.write(_notebook(params, code), notebooks / "99_zz_trivial.ipynb")
     monkeypatch.setenv("HPCBENCH_NOTEBOOKS", str(notebooks))
+    _disown(monkeypatch, "C13")  # each claim has one owner: the throw-away experiment takes C13 for this test
     package.mkdir()
     try:
         (package / "__init__.py").write_text(TRIVIAL)

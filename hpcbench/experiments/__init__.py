@@ -139,6 +139,10 @@ class Experiment:
     """One task's records -> its summary frame (see the module docstring)."""
     rules: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Claim id -> rule(claim, evidence) -> :class:`hpcbench.report.ledger.Judgement`."""
+    predictions: Mapping[str, Callable[..., str]] = field(default_factory=dict)
+    """Claim id -> predictor(claim, evidence) -> text: what the experiment's model predicts at the guide's
+    scale (the ledger's predicted column). A claim may be ruled by one experiment and predicted by another;
+    the evidence is the predicting experiment's own, possibly with no launches."""
     context_claims: tuple[str, ...] = ()
     """Claims the experiment informs without judging them (C16's inventory)."""
     present: Callable[..., list] | None = None

@@ -16,6 +16,11 @@ measured yet*. Evaluating a claim:
 4. **Rule.** The rule returns a :class:`Judgement` built with the standard of
    :mod:`hpcbench.report.verdict`; a rule that raises gives "inconclusive" with the error,
    so one broken rule never takes the ledger down.
+5. **Prediction.** Every experiment whose SPEC predicts the claim
+   (:attr:`hpcbench.experiments.Experiment.predictions`) is asked what its model predicts at
+   the guide's scale, with its own evidence (possibly no launches: a prediction works from
+   platform data alone). The row's ``predicted`` is that text followed by the guide's own
+   arithmetic; a predictor that raises gives "model: not available (...)", never a broken ledger.
 
 Light on purpose: pandas and numpy, no torch.
 """
@@ -23,7 +28,7 @@ Light on purpose: pandas and numpy, no torch.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
@@ -65,7 +70,8 @@ class LedgerRow:
     measured: str
     """What was measured here, with units and intervals, or ``"—"``."""
     predicted: str
-    """What the guide's figures predict at its scale."""
+    """What is predicted at the guide's scale: the model's text (:attr:`model_prediction`), then the
+    guide's own arithmetic (:attr:`guide_arithmetic`), labelled; the arithmetic alone when no model predicts."""
     verdict: str
     """One of :data:`VERDICTS`."""
     detail: str
@@ -73,6 +79,10 @@ class LedgerRow:
     experiment: str | None
     outcomes: tuple[Outcome, ...] = ()
     labels: tuple[str, ...] = ()
+    model_prediction: str = ""
+    """What the predicting experiments' models say at the guide's scale, with their inputs; ``""`` when none."""
+    guide_arithmetic: str = ""
+    """The guide's own arithmetic (:attr:`hpcbench.guide.claims.Claim.predicted`)."""
 
     def __post_init__(self) -> None:
         # An invariant of this module, not a user error: rules must use VERDICTS.
@@ -100,12 +110,26 @@ class Evidence:
         return f" Not counted: {'; '.join(self.excluded[:3])}{more}."
 
 
-def row_of(claim: Claim, judgement: Judgement, experiment: str | None) -> LedgerRow:
+GUIDE_ARITHMETIC = "Guide's arithmetic"
+PREDICTION_SEPARATOR = " · "
+
+
+def combined_prediction(model_prediction: str, guide_arithmetic: str) -> str:
+    """The predicted column's text: the model's, then the guide's arithmetic, labelled (either may be empty)."""
+    if not model_prediction:
+        return guide_arithmetic
+    if not guide_arithmetic:
+        return model_prediction
+    return f"{model_prediction}{PREDICTION_SEPARATOR}{GUIDE_ARITHMETIC}: {guide_arithmetic}"
+
+
+def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_prediction: str = "") -> LedgerRow:
     """The ledger row of ``claim`` (the claim's own fields are copied, never retyped)."""
     return LedgerRow(claim_id=claim.id, section=claim.section, wording=claim.wording, claimed=claim.claimed(),
-                     measured=judgement.measured, predicted=claim.predicted, verdict=judgement.verdict,
-                     detail=judgement.detail, experiment=experiment, outcomes=judgement.outcomes,
-                     labels=judgement.labels)
+                     measured=judgement.measured, predicted=combined_prediction(model_prediction, claim.predicted),
+                     verdict=judgement.verdict, detail=judgement.detail, experiment=experiment,
+                     outcomes=judgement.outcomes, labels=judgement.labels, model_prediction=model_prediction,
+                     guide_arithmetic=claim.predicted)
 
 
 # -- launches, summaries, facts ---------------------------------------------------------
@@ -248,13 +272,65 @@ def paired_samples(summaries: pd.DataFrame, numerator: Mapping[str, Any], denomi
 
 # -- the ledger ----------------------------------------------------------------------------
 
-def _not_measured(claim: Claim, owner: str | None, why: str) -> LedgerRow:
-    return row_of(claim, Judgement(NOT_MEASURED, NO_VALUE, why), owner)
+def _not_measured(claim: Claim, owner: str | None, why: str, model_prediction: str = "") -> LedgerRow:
+    return row_of(claim, Judgement(NOT_MEASURED, NO_VALUE, why), owner, model_prediction)
+
+
+def prediction_owners() -> dict[str, list[str]]:
+    """Claim id -> the experiments whose SPEC predicts it (:attr:`~hpcbench.experiments.Experiment.predictions`)."""
+    from hpcbench.experiments import EXPERIMENTS
+
+    owners: dict[str, list[str]] = {}
+    for name in EXPERIMENTS.names():
+        for claim_id in EXPERIMENTS.get(name).predictions:
+            owners.setdefault(claim_id, []).append(name)
+    return owners
+
+
+def _evidence(experiment: str, records: pd.DataFrame, statuses: Mapping[tuple[str, str], str] | None,
+              summaries: Mapping[str, pd.DataFrame] | None, cache: dict[str, Evidence] | None) -> Evidence:
+    """:func:`evidence_for`, computed once per experiment when ``cache`` is given (shared across claims).
+
+    Each caller gets its own shallow copy: a rule that adds a column to its summaries or a line
+    to ``excluded`` does not change what the next claim's rule or predictor sees.
+    """
+    evidence = cache.get(experiment) if cache is not None else None
+    if evidence is None:
+        evidence = evidence_for(experiment, records, statuses=statuses, summaries=(summaries or {}).get(experiment))
+        if cache is not None:
+            cache[experiment] = evidence
+    return replace(evidence, summaries=evidence.summaries.copy(deep=False),
+                   launches=evidence.launches.copy(deep=False), excluded=list(evidence.excluded))
+
+
+def model_prediction(claim: Claim | str, records: pd.DataFrame, *,
+                     statuses: Mapping[tuple[str, str], str] | None = None,
+                     summaries: Mapping[str, pd.DataFrame] | None = None,
+                     cache: dict[str, Evidence] | None = None) -> str:
+    """What the models of every experiment predicting ``claim`` say at the guide's scale; ``""`` when none does.
+
+    Each predictor gets its own experiment's evidence (possibly with no launches). One that
+    raises gives ``"model: not available (<error>)"``: one broken model never takes the ledger down.
+    Several predictions are joined with :data:`PREDICTION_SEPARATOR`.
+    """
+    from hpcbench.experiments import EXPERIMENTS
+
+    claim = get_claim(claim) if isinstance(claim, str) else claim
+    texts = []
+    for owner in prediction_owners().get(claim.id, []):
+        try:
+            evidence = _evidence(owner, records, statuses, summaries, cache)
+            text = str(EXPERIMENTS.get(owner).predictions[claim.id](claim, evidence))
+        except Exception as exc:  # noqa: BLE001 - one broken model must not take the ledger down
+            text = f"model: not available ({type(exc).__name__}: {exc})"
+        texts.append(text)
+    return PREDICTION_SEPARATOR.join(t for t in texts if t)
 
 
 def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
                    statuses: Mapping[tuple[str, str], str] | None = None,
-                   summaries: Mapping[str, pd.DataFrame] | None = None) -> LedgerRow:
+                   summaries: Mapping[str, pd.DataFrame] | None = None,
+                   cache: dict[str, Evidence] | None = None) -> LedgerRow:
     """The ledger row of one claim.
 
     Args:
@@ -263,29 +339,33 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
         statuses: task states by (run_id, task_id); launches not "done" do not count.
         summaries: per-experiment summaries already computed (the report computes them on
             its dask workers); computed here from ``records`` when absent.
+        cache: evidence by experiment, filled and reused across claims (:func:`evaluate_claims`
+            passes one, so each experiment is summarised once).
     """
     from hpcbench.experiments import EXPERIMENTS, rule_owners
 
     claim = get_claim(claim) if isinstance(claim, str) else claim
+    model = model_prediction(claim, records, statuses=statuses, summaries=summaries, cache=cache)
     owners = rule_owners().get(claim.id, [])
     if not owners:
-        return _not_measured(claim, None, "No hpcbench experiment rules on this claim yet.")
+        return _not_measured(claim, None, "No hpcbench experiment rules on this claim yet.", model)
     owner = owners[0]
     present = not records.empty and (records["experiment"] == owner).any()
     if not present:
         return _not_measured(claim, owner, f"No records of experiment '{owner}'; running it would measure "
-                                           f"this claim.")
+                                           f"this claim.", model)
     try:
-        evidence = evidence_for(owner, records, statuses=statuses,
-                                summaries=(summaries or {}).get(owner))
+        evidence = _evidence(owner, records, statuses, summaries, cache)
         judgement = EXPERIMENTS.get(owner).rules[claim.id](claim, evidence)
     except Exception as exc:  # noqa: BLE001 - one broken rule must not take the ledger down
         judgement = Judgement("inconclusive", NO_VALUE,
                               f"The rule of {owner} failed ({type(exc).__name__}: {exc}), so no verdict.")
-    return row_of(claim, judgement, owner)
+    return row_of(claim, judgement, owner, model)
 
 
 def evaluate_claims(records: pd.DataFrame, *, statuses: Mapping[tuple[str, str], str] | None = None,
                     summaries: Mapping[str, pd.DataFrame] | None = None) -> list[LedgerRow]:
     """One ledger row per claim, C1..C17, in claim order (see :func:`evaluate_claim`)."""
-    return [evaluate_claim(claim, records, statuses=statuses, summaries=summaries) for claim in CLAIMS]
+    cache: dict[str, Evidence] = {}
+    return [evaluate_claim(claim, records, statuses=statuses, summaries=summaries, cache=cache)
+            for claim in CLAIMS]

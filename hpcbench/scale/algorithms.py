@@ -89,18 +89,43 @@ RING_STEPS = {
 }
 
 
+ALL_TO_ALL = "all_to_all"
+
+
+def all_to_all_cost(nbytes: float, *, nodes: int, ranks_per_node: int) -> Stage:
+    """One all-to-all of ``nbytes`` per rank (nccl-tests' S: the whole send buffer, S / N to each rank).
+
+    Each rank sends ``(N-1)/N S`` (nccl-tests doc/PERFORMANCE.md: alltoall bus bandwidth =
+    algbw x (N-1)/N), ``(ranks_per_node - 1)/N S`` of it inside the node; per node
+    ``ranks_per_node x (N - ranks_per_node)/N S`` cross the boundary (an all-to-all does not
+    aggregate). Every send is posted at once (NCCL: one group of send/recv; gloo's alltoall
+    posts all sends before waiting): one latency step per level it touches.
+    """
+    _check_layout(nodes, ranks_per_node)
+    n = nodes * ranks_per_node
+    if n == 1:
+        return Stage(name="all_to_all", op=ALL_TO_ALL, group="world", ranks_per_node=ranks_per_node)
+    return Stage(name="all_to_all", op=ALL_TO_ALL, group="world",
+                 intra_bytes=(ranks_per_node - 1) / n * nbytes,
+                 inter_bytes=ranks_per_node * (n - ranks_per_node) / n * nbytes,
+                 intra_steps=1 if ranks_per_node > 1 else 0, inter_steps=1 if nodes > 1 else 0,
+                 world_bytes=(n - 1) / n * nbytes, ranks_per_node=ranks_per_node)
+
+
 def collective_cost(op: str, nbytes: float, *, nodes: int, ranks_per_node: int) -> Stage:
     """One flat ring (chain for broadcast) collective of ``nbytes`` over ``nodes x ranks_per_node`` ranks.
 
     ``nbytes`` is nccl-tests' S: the full vector (all_reduce, broadcast), the output
-    (all_gather) or the input (reduce_scatter).
+    (all_gather) or the input (reduce_scatter); ``all_to_all`` is :func:`all_to_all_cost`.
 
     Raises:
         ConfigError: unknown ``op`` (the message lists the valid ones) or a bad layout.
     """
     _check_layout(nodes, ranks_per_node)
+    if op == ALL_TO_ALL:
+        return all_to_all_cost(nbytes, nodes=nodes, ranks_per_node=ranks_per_node)
     if op not in RING_STEPS:
-        raise ConfigError(f"unknown collective {op!r}; valid: {sorted(RING_STEPS)}", field="op",
+        raise ConfigError(f"unknown collective {op!r}; valid: {sorted([*RING_STEPS, ALL_TO_ALL])}", field="op",
                           config="scale model")
     n = nodes * ranks_per_node
     steps_of = RING_STEPS[op]
@@ -264,5 +289,6 @@ def world_bytes(stages: list[Stage]) -> float:
     return sum(s.world_bytes for s in stages)
 
 
-__all__ = ["FP32_BYTES", "RING_STEPS", "Stage", "collective_cost", "half_precision_allreduce",
-           "hierarchical_allreduce", "quant2bit_allreduce", "ring_allreduce", "tree_allreduce", "world_bytes"]
+__all__ = ["ALL_TO_ALL", "FP32_BYTES", "RING_STEPS", "Stage", "all_to_all_cost", "collective_cost",
+           "half_precision_allreduce", "hierarchical_allreduce", "quant2bit_allreduce", "ring_allreduce",
+           "tree_allreduce", "world_bytes"]

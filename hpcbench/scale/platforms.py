@@ -181,6 +181,64 @@ PLATFORMS.register("h100_ndr", _hopper("h100_ndr", "NVIDIA H100 80GB HBM3", "NVI
 PLATFORMS.register("h200_ndr", _hopper("h200_ndr", "NVIDIA H200", "NVIDIA H200 datasheet"))
 
 
+@dataclass(frozen=True)
+class PublishedThroughput:
+    """A published training throughput of one GPU of a platform: what one micro-step's compute costs there.
+
+    Used in place of FLOPs at the sustained rate where a checkable figure exists; the figure
+    comes from a run that may include some intra-node communication, so the compute it
+    implies is an upper bound (the predicted communication share, if anything, a lower one).
+    """
+
+    model: str
+    """hpcbench model name (:func:`hpcbench.models.footprint.model_footprint`)"""
+    items_per_s: float
+    """images/s or tokens/s of one GPU"""
+    unit: str
+    """``"images"`` or ``"tokens"``"""
+    items_per_step: int
+    """per GPU per micro-step, as the source ran it"""
+    precision: str
+    source: str
+    cite: str = ""
+    """a short citation for tables and the ledger (``source`` holds the full one)"""
+
+    @property
+    def step_s(self) -> float:
+        """Seconds of one micro-step's compute (forward + backward) at the source's batch."""
+        return self.items_per_step / self.items_per_s
+
+
+#: (platform name, model) -> a published single-GPU training throughput on that platform's GPU.
+#: Platforms or models not listed fall back to FLOPs at the sustained rate (mfu x peak).
+PUBLISHED_THROUGHPUT: Mapping[tuple[str, str], PublishedThroughput] = {
+    # NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md, "Training
+    # performance: NVIDIA DGX A100 (8x A100 80GB)" (pytorch-21.03 NGC container): 1 GPU, mixed
+    # precision, 2470 img/s (8 GPUs: 16621 img/s); batch 256 per GPU (ConvNets/configs.yml,
+    # resnet50 DGXA100 AMP, NHWC). 2470 x 24.5 GFLOP per image = 61 TFLOP/s, 19 % of the bf16 peak.
+    ("a100_hdr", "resnet50"): PublishedThroughput(
+        "resnet50", 2470.0, "images", 256, "AMP (fp16), NHWC",
+        "NVIDIA DeepLearningExamples ResNet-50 v1.5 PyTorch README, DGX A100 80GB, 1 GPU AMP: 2470 img/s "
+        "at batch 256 (configs.yml DGXA100 AMP)",
+        "NVIDIA DeepLearningExamples, 1 x A100 80GB AMP"),
+    # karpathy/llm.c scripts/run_gpt2_124M.sh: "524,288 tokens/step, on 8X A100 80GB SXM steps in
+    # ~300ms/iter" with -b 64 -t 1024 on 8 GPUs (one micro-step of 65,536 tokens per GPU), i.e.
+    # 218k tokens/s per GPU, bf16, ZeRO-1 (-z 1) with its NVLink reduce inside the 300 ms.
+    # 6 x 124.4 M x 218k = 163 TFLOP/s, 52 % of the bf16 peak (llm.c says "up to ~60 % MFU").
+    ("a100_hdr", "gpt2_124M"): PublishedThroughput(
+        "gpt2_124M", 64 * 1024 / 0.300, "tokens", 64 * 1024, "bf16",
+        "karpathy/llm.c scripts/run_gpt2_124M.sh: 524,288 tokens/step in ~300 ms on 8X A100 80GB SXM "
+        "(-b 64 -t 1024: 65,536 tokens per GPU per step; in-node reduce included)",
+        "llm.c run_gpt2_124M.sh, 8 x A100 80GB SXM"),
+}
+
+
+def published_throughput(platform: str | Platform, model: str) -> PublishedThroughput | None:
+    """The published throughput of ``model`` on ``platform``'s GPU, or None (then use FLOPs)."""
+    name = platform.name if isinstance(platform, Platform) else platform
+    return PUBLISHED_THROUGHPUT.get((name, model))
+
+
 def get_platform(platform: str | Platform) -> Platform:
     """A registered platform by name (the error lists the registered ones), or ``platform`` itself."""
     return platform if isinstance(platform, Platform) else PLATFORMS.get(platform)
@@ -214,5 +272,5 @@ def emulated_cluster(fits: Mapping[tuple[str, str], LinkFit], *, ranks_per_node:
                     by_op=by_op)
 
 
-__all__ = ["DEFAULT_MFU", "LinkModel", "NVLINK4_PER_DIRECTION_GBPS", "PLATFORMS", "Platform", "emulated_cluster",
-           "get_platform"]
+__all__ = ["DEFAULT_MFU", "LinkModel", "NVLINK4_PER_DIRECTION_GBPS", "PLATFORMS", "PUBLISHED_THROUGHPUT", "Platform",
+           "PublishedThroughput", "emulated_cluster", "get_platform", "published_throughput"]

@@ -29,6 +29,10 @@ from hpcbench.scale.platforms import Platform, get_platform
 LEVELS = ("intra", "inter", "world")
 C1_THRESHOLD = 0.40
 """The guide's C1: "a 10B-parameter model ran at < 40 % GPU utilisation"."""
+C1_PARAMS = 10e9
+"""The guide's C1 model: 10 billion parameters."""
+C1_NODES = 4
+"""Nodes of the guide's job script (SOURCE.md 2.3: ``--ntasks=32 --gres=gpu:8``, 8 GPUs per node)."""
 TRAINING_FLOPS_PER_PARAM_TOKEN = 6
 """Forward + backward FLOPs per parameter per token (Kaplan et al. 2020, sec. 2.1)."""
 
@@ -155,12 +159,18 @@ def bucket_sizes(n_params: int, bucket_elems: int, first_elems: int) -> dict[int
 
 
 def communication(model_params: int, mode: ModeModel, ctx: BucketContext, platform: Platform, *,
-                  bucket_bytes: int, first_bucket_bytes: int) -> dict[str, float]:
-    """Seconds of one gradient synchronisation, per level and in total."""
-    bucket_elems = max(1, bucket_bytes // ctx.grad_bytes_per_param)
-    first_elems = max(1, first_bucket_bytes // ctx.grad_bytes_per_param) if first_bucket_bytes else 0
+                  bucket_bytes: int, first_bucket_bytes: int,
+                  layout: Mapping[int, int] | None = None) -> dict[str, float]:
+    """Seconds of one gradient synchronisation, per level and in total.
+
+    ``layout`` (``{elements per bucket: count}``) replaces the buckets the caps would make.
+    """
+    if layout is None:
+        bucket_elems = max(1, bucket_bytes // ctx.grad_bytes_per_param)
+        first_elems = max(1, first_bucket_bytes // ctx.grad_bytes_per_param) if first_bucket_bytes else 0
+        layout = bucket_sizes(int(model_params), bucket_elems, first_elems)
     total = {level: 0.0 for level in (*LEVELS, "latency", "total")}
-    for elems, count in bucket_sizes(int(model_params), bucket_elems, first_elems).items():
+    for elems, count in layout.items():
         for stage in mode.stages(elems, ctx):
             for key, seconds in stage_time(stage, platform).items():
                 total[key] += count * seconds
@@ -173,7 +183,7 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
                  first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES, grad_bytes_per_param: int = 4,
                  micro_steps: int = 1, plain_fraction: float = 0.0, chunk_size: int = 1024,
                  intra_via_allreduce: bool = False, nics_per_node: int | None = None,
-                 mfu: float | None = None) -> Prediction:
+                 mfu: float | None = None, bucket_elems: Sequence[int] | None = None) -> Prediction:
     """Predict one optimizer step of data-parallel training.
 
     Args:
@@ -196,6 +206,9 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
         chunk_size: quant2bit elements per scale.
         intra_via_allreduce: the hierarchical hook's CPU path (intra stages as all-reduces).
         nics_per_node, mfu: override the platform's.
+        bucket_elems: the buckets as measured (gradient elements per bucket, e.g. from
+            :meth:`hpcbench.parallel.hooks.BucketLog.layout` / element size); replaces the layout
+            ``bucket_bytes`` and ``first_bucket_bytes`` would make, and must sum to ``model_params``.
 
     Returns:
         :class:`Prediction`.
@@ -232,11 +245,20 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
     bucket = model.default_bucket_bytes if bucket_bytes is None else int(bucket_bytes)
     if bucket < 1:
         raise ConfigError(f"{bucket} is out of range; allowed: >= 1", field="bucket_bytes", config="predict_step")
+    layout = None
+    if bucket_elems is not None:
+        sizes = [int(b) for b in bucket_elems]
+        if not sizes or min(sizes) < 1 or sum(sizes) != int(model_params):
+            raise ConfigError(f"{sizes} must be positive bucket sizes summing to model_params={int(model_params)}",
+                              field="bucket_elems", config="predict_step")
+        layout = {}
+        for b in sizes:
+            layout[b] = layout.get(b, 0) + 1
     ctx = BucketContext(nodes=nodes, ranks_per_node=per_node, grad_bytes_per_param=grad_bytes_per_param,
                         plain_fraction=plain_fraction, chunk_size=chunk_size,
                         intra_via_allreduce=intra_via_allreduce)
     one_sync = communication(int(model_params), model, ctx, plat, bucket_bytes=bucket,
-                             first_bucket_bytes=first_bucket_bytes)
+                             first_bucket_bytes=first_bucket_bytes, layout=layout)
     syncs = syncs_per_step(micro_steps, model.no_sync)
     comm = {k: v * syncs for k, v in one_sync.items()}
     step_compute = micro_steps * compute_s
@@ -248,7 +270,8 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
               "bucket_bytes": bucket, "first_bucket_bytes": first_bucket_bytes,
               "grad_bytes_per_param": grad_bytes_per_param, "micro_steps": micro_steps, "syncs_per_step": syncs,
               "plain_fraction": plain_fraction, "chunk_size": chunk_size,
-              "intra_via_allreduce": intra_via_allreduce}
+              "intra_via_allreduce": intra_via_allreduce,
+              "bucket_elems": None if layout is None else [int(b) for b in bucket_elems]}
     return Prediction(step_s=step, compute_s=step_compute, comm_s=comm, exposed_comm_s=exposed,
                       comm_share=exposed / step, busy_share=step_compute / step, inputs=inputs)
 
@@ -258,10 +281,10 @@ def training_flops(params: float, tokens: float) -> float:
     return TRAINING_FLOPS_PER_PARAM_TOKEN * params * tokens
 
 
-def predict_c1(params: float = 10e9, platform: str | Platform = "a100_hdr", *,
+def predict_c1(params: float = C1_PARAMS, platform: str | Platform = "a100_hdr", *,
                tokens_per_step: Sequence[int] = (512, 1024, 2048, 4096, 8192, 16384),
                nics_per_node: Sequence[int] = (1, 2, 4, 8), grad_bytes_per_param: Sequence[int] = (4, 2),
-               nodes: Sequence[int] = (4,), modes: Sequence[str] = ("ddp",), overlap_share: float = 0.0,
+               nodes: Sequence[int] = (C1_NODES,), modes: Sequence[str] = ("ddp",), overlap_share: float = 0.0,
                mfu: float | None = None, threshold: float = C1_THRESHOLD, **kwargs: Any):
     """C1's sweep: busy share of a ``params`` model on ``platform`` across tokens per GPU per step,
     NICs per node, gradient precision, node counts and modes.
@@ -330,6 +353,6 @@ def within(errors: Iterable[float] | Mapping[Any, float], tolerance: float = 0.1
     return bool(values) and all(abs(e) <= tolerance for e in values)
 
 
-__all__ = ["C1_THRESHOLD", "MODE_MODELS", "ModeModel", "Prediction", "bucket_sizes",
+__all__ = ["C1_NODES", "C1_PARAMS", "C1_THRESHOLD", "MODE_MODELS", "ModeModel", "Prediction", "bucket_sizes",
            "communication", "parse_mode", "predict_c1", "predict_step", "residuals", "stage_time",
            "training_flops", "within"]

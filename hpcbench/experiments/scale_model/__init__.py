@@ -1,0 +1,82 @@
+"""Experiment ``scale_model``: the scale model validated on the emulated cluster at several link rates; C1 with it."""
+
+from hpcbench.core.units import approx_bytes
+from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
+                                  distributed_resources, register)
+from hpcbench.experiments.scale_model.config import ScaleModelConfig
+from hpcbench.experiments.scale_model.present import present_scale_model
+from hpcbench.experiments.scale_model.rules import RULES, predict_c1_at_guide_scale
+from hpcbench.experiments.scale_model.summary import summarize
+from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, model_footprint, training_memory, training_step_seconds
+from hpcbench.scale.guide_scale import GUIDE_PREDICTORS, predictor
+
+#: float32 copies of the parameters alive at once: the base model, then per mode the trained DDP copy and its
+#: no-op twin (weights, gradients, DDP's buckets each: 3), and the 2-bit hook's residuals (1).
+COPIES_PER_MODE = 7
+#: Each phase is one launch: torchrun's rendezvous and the ranks' imports (~5 s on 2 cores).
+PHASE_STARTUP_S = 5.0
+
+
+def _phase_rates_bytes_s(cfg: ScaleModelConfig, link_bytes_s: float) -> list[float]:
+    """Bytes/s of each phase's node link (the shaped rate; the assumed CPU link when unshaped)."""
+    from hpcbench.cluster.network import parse_rate
+
+    return [min(link_bytes_s, parse_rate(r) / 8) for r in cfg.link_rates]
+
+
+def estimate(cfg: ScaleModelConfig) -> Estimate:
+    """phases x (collective sweep + modes x 2 x (warm-up + steps) x step) + startup.
+
+    The sweep: every op, size and group kind, (warm-up + timed) iterations, each moving ~2x its
+    size per node over the phase's link; a step: :func:`training_step_seconds` plus its buckets
+    all-reduced over the phase's link. Memory: :data:`COPIES_PER_MODE` float32 copies per mode and
+    a batch's layer outputs, plus the largest collective buffers (in + out).
+    """
+    gpu = cfg.backend == "nccl"
+    speed = GPU_SPEED if gpu else CPU_SPEED
+    ranks = cfg.nodes * cfg.ranks_per_node
+    copies = 1 + COPIES_PER_MODE * len(cfg.modes)
+    need = training_memory(cfg.model, samples=cfg.batch_size, image_size=32, seq_len=cfg.seq_len, state_copies=copies)
+    step = training_step_seconds(cfg.model, samples=cfg.batch_size, image_size=32, seq_len=cfg.seq_len, ranks=ranks,
+                                 speed=speed)
+    buffers = 2 * cfg.max_bytes
+    rates = _phase_rates_bytes_s(cfg, speed.link_bytes_s)
+    footprint = model_footprint(cfg.model)
+    grads = 4 * footprint.parameters if footprint else 0  # bytes of one float32 copy of the parameters
+    seconds = TASK_STARTUP_S
+    sweep_bytes = 2.0 * sum(cfg.sizes()) * len(cfg.ops) * 3 * (cfg.iters + cfg.warmup_iters)
+    calls = len(cfg.sizes()) * len(cfg.ops) * 3 * (cfg.iters + cfg.warmup_iters)
+    for rate in rates:
+        per_step = (step or 0.0) + 2.0 * grads / rate
+        seconds += PHASE_STARTUP_S + sweep_bytes / rate + calls * speed.latency_s
+        seconds += len(cfg.modes) * 2 * (cfg.warmup_steps + cfg.steps) * per_step
+    basis = (f"{copies} float32 copies of {cfg.model}'s parameters + a batch of {cfg.batch_size} + collective "
+             f"buffers of {approx_bytes(buffers)}: {approx_bytes((need or 0) + buffers)} per rank "
+             f"{'on the GPU' if gpu else 'in host memory'}, + {approx_bytes(RANK_BYTES)} per rank process + "
+             f"{approx_bytes(TASK_BASE_BYTES)} per task; {len(rates)} phase(s) of a collective sweep and "
+             f"{len(cfg.modes)} mode(s) x 2 x {cfg.warmup_steps + cfg.steps} steps at the phase's link rate")
+    if need is None or step is None:
+        basis += f"; no footprint for {cfg.model}: its memory and steps not counted"
+    device = (need or 0) + buffers
+    return Estimate(memory_per_rank=RANK_BYTES + (0 if gpu else device), ranks=ranks,
+                    seconds=None if step is None else seconds, device_memory_per_rank=device if gpu else 0,
+                    basis=basis)
+
+
+SPEC = register(Experiment(
+    name="scale_model",
+    notebook="09_scale_model.ipynb",
+    config=ScaleModelConfig,
+    description="the scale model validated on the emulated cluster: per link rate, collectives fitted with "
+                "alpha-beta, each mode's step predicted from them and the no-op compute, residuals against "
+                "the measured median; C1 judged at the guide's platform with the measured link efficiency",
+    summarize=summarize,
+    rules=RULES,
+    # The ledger's "predicted at the guide's scale" for C1, C2, C3, C7, C8, C9: the model at the guide's platform,
+    # with this experiment's measured link efficiency as an input where it has launches.
+    predictions={"C1": predict_c1_at_guide_scale,
+                 **{claim_id: predictor(claim_id) for claim_id in GUIDE_PREDICTORS.names()}},
+    present=present_scale_model,
+    resources=distributed_resources,
+    estimate=estimate,
+))

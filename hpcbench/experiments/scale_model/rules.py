@@ -1,0 +1,240 @@
+"""Verdict rule of ``scale_model``: C1 (a misestimated AllReduce held a 10B model below 40 % GPU utilisation).
+
+Fixed here from the claim's words and the guide's platform before any value was looked at. C1:
+"misestimating AllReduce communication cost kept a 10-billion-parameter model's GPU utilisation
+below 40 % for a long time". Nothing here can run a 10B model on A100s; what can be measured is
+how far from its line rate a real transport gets over a shaped link, and what the validated
+scale model (:mod:`hpcbench.scale`) then predicts on the guide's platform.
+
+**The reference point** (every assumption, none tuned to the data):
+
+* platform ``a100_hdr`` (:data:`hpcbench.scale.platforms.PLATFORMS`): 8 A100 per node, NVLink 3
+  inside the node, bf16 peak x MFU 0.5 as the sustained rate (each figure's source there);
+* 4 nodes x 8 GPUs, as the guide's job script (``--ntasks=32 --gres=gpu:8``);
+* **one** 200 Gb/s HDR link per node: the literal reading of C16, "connected by 200 Gb/s HDR
+  InfiniBand" (the guide does not say how many NICs; DGX A100 has 8: see the sensitivity);
+* a 10e9-parameter model trained with plain DDP: a ring all-reduce of float32 gradients in
+  DDP's 25 MiB buckets (1 MiB first bucket), no overlap of communication with compute;
+* 2048 tokens per GPU per step; compute = 6 x params x tokens (Kaplan et al. 2020) at the
+  platform's sustained rate;
+* the NIC's bandwidth scaled by the **inter-node link efficiency measured in the launch**: the
+  fitted per-node bandwidth of the ``inter_node`` all-reduce over the phase's shaped rate (how
+  far below its line rate this transport got; one value per shaped phase).
+
+**The quantity**: the predicted busy share ("GPU utilisation", :attr:`Prediction.busy_share`)
+at the reference point, one per shaped phase; a launch contributes the median over its phases.
+Over launches: :func:`hpcbench.report.verdict.single_value` (95 % interval, Bonferroni across
+strict launch groups). **Reference**: at most 0.40 (:data:`C1_REFERENCE`). Reproduced when the
+whole interval lies below 0.40 (the guide's figure is what a correctly priced all-reduce gives on
+its platform, so a planner who priced it lower misestimated it); not reproduced when it lies
+above (the all-reduce cannot explain < 40 % there); inconclusive when it straddles 0.40, with
+fewer than :data:`~hpcbench.report.verdict.MIN_LAUNCHES` launches, or without a shaped link (a
+phase outside the emulated cluster has no line rate to compare with). A phase whose inter-node fit
+is poor (r2 < :data:`C1_MIN_R2`) is left out and named.
+
+**The detail** says where < 40 % arises and where it does not (the sweep of
+:func:`hpcbench.scale.predict.predict_c1` over NICs per node, gradient bytes and tokens per GPU at
+the median measured efficiency), the misestimate (a planner who prices the all-reduce as the
+gradient bytes sent once over one NIC at its line rate, against the model), and the memory
+caveat: a 10B model with Adam needs ~160 GB per GPU under plain DDP (weights, gradients and two
+moments in fp32), more than an A100's 80 GB, so the guide's run must have sharded its state
+(ZeRO / FSDP); ZeRO's reduce-scatter + all-gather move the same gradient bytes as a ring
+all-reduce (Rajbhandari et al., SC'20, sec. 7), so the communication estimate stands.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import pandas as pd
+
+from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
+from hpcbench.guide.claims import Claim
+from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement
+from hpcbench.report.rulekit import in_group, launch_groups
+from hpcbench.report.verdict import CONFIDENCE, INCONCLUSIVE, Reference, combine, judge, single_value
+from hpcbench.scale.platforms import LinkModel, Platform, get_platform
+from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Prediction, predict_c1, predict_step,
+                                    training_flops)
+
+C1_PLATFORM = "a100_hdr"
+#: NICs per node at the reference point: C16's "connected by 200 Gb/s HDR InfiniBand", read literally.
+C1_NICS = 1
+C1_TOKENS = 2048
+C1_GRAD_BYTES = 4
+C1_BUCKET_BYTES = DDP_DEFAULT_BUCKET_BYTES
+#: An inter-node fit below this r2 does not describe the link by alpha and beta: its efficiency is not used.
+C1_MIN_R2 = 0.9
+C1_REFERENCE = Reference(C1_THRESHOLD, upper=C1_THRESHOLD, unit="",
+                         source="the guide's C1: GPU utilisation below 40 %")
+#: Bytes per parameter of fp32 Adam training under plain DDP: weights, gradients and two moments, 4 bytes each.
+ADAM_BYTES_PER_PARAM = 16
+#: Device memory of the guide's GPU (A100 80 GB data sheet).
+A100_MEMORY_BYTES = 80e9
+
+
+def pct(share: float, *, digits: int = 0, signed: bool = False) -> str:
+    """A share as a percentage the way this project writes it: ``0.184`` -> ``"18 %"`` (``signed``: ``"+18 %"``)."""
+    return f"{100 * share:{'+' if signed else ''}.{digits}f} %"
+
+
+def guide_platform(efficiency: float, nics: int = C1_NICS) -> Platform:
+    """``a100_hdr`` with ``nics`` NICs per node, each at ``efficiency`` x its line rate."""
+    if not (efficiency > 0 and math.isfinite(efficiency)):
+        raise ValueError(f"efficiency {efficiency!r} is not a positive number")
+    plat = get_platform(C1_PLATFORM)
+    nic = LinkModel(plat.nic.alpha_s, plat.nic.beta_s_per_byte / efficiency,
+                    f"{plat.nic.source}; x {efficiency:.3f}, the inter-node link efficiency measured here")
+    return plat.with_(nic=nic, nics_per_node=nics)
+
+
+def c1_prediction(efficiency: float, *, nics: int = C1_NICS, tokens: int = C1_TOKENS,
+                  grad_bytes: int = C1_GRAD_BYTES) -> Prediction:
+    """The scale model's step at the reference point (module docstring) with the NICs at ``efficiency``."""
+    return predict_step(C1_PARAMS, platform=guide_platform(efficiency, nics), nodes=C1_NODES, mode="ddp",
+                        flops=training_flops(C1_PARAMS, tokens), grad_bytes_per_param=grad_bytes,
+                        bucket_bytes=C1_BUCKET_BYTES, overlap_share=0.0)
+
+
+def c1_sensitivity(efficiency: float, *, tokens: Sequence[int], nics: Sequence[int],
+                   grad_bytes: Sequence[int]) -> pd.DataFrame:
+    """Busy share across tokens per GPU, NICs per node and gradient bytes (:func:`predict_c1`) at ``efficiency``."""
+    return predict_c1(C1_PARAMS, guide_platform(efficiency), tokens_per_step=tuple(tokens),
+                      nics_per_node=tuple(nics), grad_bytes_per_param=tuple(grad_bytes), nodes=(C1_NODES,),
+                      bucket_bytes=C1_BUCKET_BYTES)
+
+
+def naive_estimate(tokens: int = C1_TOKENS) -> dict[str, float]:
+    """What a planner predicts who prices the all-reduce as the gradient bytes once over one NIC at line rate."""
+    plat = get_platform(C1_PLATFORM)
+    compute = training_flops(C1_PARAMS, tokens) / plat.sustained_flops
+    comm = C1_PARAMS * C1_GRAD_BYTES * plat.nic.beta_s_per_byte
+    return {"compute_s": compute, "comm_s": comm, "busy_share": compute / (compute + comm)}
+
+
+def sensitivity_findings(frame: pd.DataFrame, threshold: float = C1_THRESHOLD) -> list[str]:
+    """One sentence per (NICs, gradient bytes): the busy share at the reference tokens and where it is < 40 %."""
+    lines = []
+    for (nics, gb), g in frame.groupby(["nics_per_node", "grad_bytes_per_param"], sort=True):
+        g = g.sort_values("tokens_per_gpu")
+        below = g[g["busy_share"] < threshold]["tokens_per_gpu"]
+        ref = g[g["tokens_per_gpu"] == C1_TOKENS]["busy_share"]
+        at = f"{pct(ref.iloc[0], digits=1)} at {C1_TOKENS} tokens" if len(ref) else "the reference tokens not swept"
+        if below.empty:
+            where = f"never below {pct(threshold)} from {g['tokens_per_gpu'].min()} tokens up"
+        elif len(below) == len(g):
+            where = f"below {pct(threshold)} at every point up to {g['tokens_per_gpu'].max()} tokens"
+        else:
+            where = f"below {pct(threshold)} only for tokens <= {int(below.max())}"
+        lines.append(f"{nics} NIC(s), {8 * gb}-bit gradients: busy share {at}; {where}")
+    return lines
+
+
+def sensitivity_at(summary: pd.DataFrame, cfg: Any) -> pd.DataFrame | None:
+    """The busy-share sweep of ``cfg``'s C1 axes at the median efficiency of ``summary``'s usable phases.
+
+    Returns:
+        Busy share by (NICs per node, gradient bytes) x tokens per GPU; None without a usable phase.
+    """
+    c1 = summary[(summary["row"] == "c1") & (summary["ok"] == True)] if len(summary) else summary  # noqa: E712
+    if not len(c1):
+        return None
+    frame = c1_sensitivity(float(c1["efficiency"].median()), tokens=cfg.c1_tokens, nics=cfg.c1_nics,
+                           grad_bytes=cfg.c1_grad_bytes)
+    return frame.pivot_table(index=["nics_per_node", "grad_bytes_per_param"], columns="tokens_per_gpu",
+                             values="busy_share")
+
+
+def _what(evidence: Evidence) -> str:
+    return (f"The scale model, validated on the emulated cluster, predicts the busy share ('GPU utilisation') of a "
+            f"{C1_PARAMS / 1e9:g}B-parameter model under plain DDP on the guide's platform ({C1_PLATFORM}: "
+            f"{C1_NODES} nodes x 8 A100, {C1_NICS} x 200 Gb/s HDR per node as C16 states it, float32 gradients in "
+            f"25 MiB buckets, no overlap, {C1_TOKENS} tokens per GPU per step, 6 x params x tokens at the "
+            f"platform's sustained rate) with the NIC's bandwidth scaled by the inter-node link efficiency measured "
+            f"in each launch (fitted per-node all-reduce bandwidth / shaped rate); a launch gives the median over "
+            f"its shaped phases; reference < {pct(C1_THRESHOLD)}.")
+
+
+def _detail(efficiencies: list[float], params: dict[str, Any]) -> str:
+    """Where < 40 % arises and where not, the misestimate and the memory caveat, at the median efficiency."""
+    eff = float(pd.Series(efficiencies).median())
+    model = c1_prediction(eff)
+    naive = naive_estimate()
+    sweep = c1_sensitivity(eff, tokens=params.get("c1_tokens") or [512, 1024, 2048, 4096, 8192, 16384],
+                           nics=params.get("c1_nics") or [1, 2, 4, 8], grad_bytes=params.get("c1_grad_bytes") or [4, 2])
+    state_gb = C1_PARAMS * ADAM_BYTES_PER_PARAM / 1e9
+    return (f" At the median measured efficiency {eff:.2f}: the reference point gives compute {model.compute_s:.2f} s "
+            f"and all-reduce {model.comm_s['total']:.2f} s per step, busy share {pct(model.busy_share)}. Where < 40 % "
+            f"arises and where it does not: " + "; ".join(sensitivity_findings(sweep)) + ". The misestimate: a "
+            f"planner who prices the all-reduce as the {C1_PARAMS * C1_GRAD_BYTES / 1e9:g} GB of gradients sent once "
+            f"over one NIC at its line rate expects {naive['comm_s']:.2f} s and a busy share of "
+            f"{pct(naive['busy_share'])}; the ring sends 2 (N-1)/N of them per node at {pct(eff)} of the line rate, "
+            f"{model.comm_s['total'] / naive['comm_s']:.1f}x that time. Memory: Adam under plain DDP holds "
+            f"{ADAM_BYTES_PER_PARAM} bytes per parameter, {state_gb:.0f} GB per GPU against an A100's "
+            f"{A100_MEMORY_BYTES / 1e9:.0f} GB, so the guide's run needed ZeRO-style sharding; its reduce-scatter + "
+            f"all-gather move the same gradient bytes as the ring all-reduce, so the communication estimate stands.")
+
+
+def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
+    """C1: the predicted busy share at the guide's platform, per launch, against < 40 %."""
+    import json
+
+    what = _what(evidence)
+    s = evidence.summaries
+    rows = s[s["row"] == "c1"] if len(s) and "row" in s.columns else s.iloc[0:0]
+    found = []
+    for group_text, launches in launch_groups(evidence):
+        mine = in_group(rows, launches) if len(rows) else rows
+        values, effs = [], []
+        for _, g in mine.groupby(["run_id", "task_id"], sort=True):
+            busy = [float(v) for v in g["c1_busy_share"] if pd.notna(v)]
+            if busy:
+                values.append(busy)
+                effs += [float(v) for v in g["efficiency"] if pd.notna(v)]
+        if values:
+            try:
+                params = json.loads(launches.iloc[0]["params"])
+            except (TypeError, ValueError):
+                params = {}
+            found.append((group_text, values, effs, params if isinstance(params, dict) else {}))
+    if not found:
+        return Judgement(INCONCLUSIVE, NO_VALUE,
+                         f"{what} No launch measured the inter-node link's efficiency on a shaped link (the emulated "
+                         f"cluster), so nothing to judge." + evidence.excluded_note())
+    confidence = 1 - (1 - CONFIDENCE) / len(found)
+    outcomes, labels, parts = [], [], []
+    for group_text, values, _, _ in found:
+        outcome = judge(single_value(values, unit="", confidence=confidence), C1_REFERENCE, min_steps=1)
+        label = "busy share at the reference point" + (f" ({group_text})" if len(found) > 1 else "")
+        outcomes.append(outcome)
+        labels.append(label)
+        parts.append(f"{label}: {outcome.describe()}")
+    effs = [e for _, _, group_effs, _ in found for e in group_effs]
+    detail = what + _detail(effs, found[0][3])
+    if len(found) > 1:
+        detail += f" {len(found)} launch groups, Bonferroni-corrected."
+    return Judgement(combine(outcomes), "; ".join(parts), detail + evidence.excluded_note(), tuple(outcomes),
+                     tuple(labels))
+
+
+RULES = {"C1": rule_c1}
+
+
+def predict_c1_at_guide_scale(claim: Claim, evidence: Evidence) -> str:
+    """The ledger's predicted column for C1: the reference point's busy share, at the rated link and as measured.
+
+    Reads the evidence's ``link_efficiency`` (median over launches) where it has launches; the rated
+    link (efficiency 1) otherwise. The 8-NIC figure shows how much the unstated NIC count decides.
+    """
+    values = evidence.summaries.get("link_efficiency") if len(evidence.summaries) else None
+    measured = pd.to_numeric(values, errors="coerce").dropna() if values is not None else pd.Series(dtype=float)
+    efficiency = float(measured.median()) if len(measured) else 1.0
+    where = (f"link efficiency {efficiency:.2f} (measured, median of {len(measured)} phase(s))" if len(measured)
+             else "the rated link (efficiency 1, none measured)")
+    one, eight = c1_prediction(efficiency), c1_prediction(efficiency, nics=8)
+    naive = naive_estimate()
+    return (f"Model ({C1_PLATFORM}, {C1_NODES} nodes x 8 GPUs, {C1_PARAMS / 1e9:g}B parameters, plain DDP fp32, "
+            f"{C1_TOKENS} tokens per GPU per step, {where}): busy share {pct(one.busy_share)} with one HDR NIC per "
+            f"node, {pct(eight.busy_share)} with 8; a planner pricing the gradient bytes once over one NIC expects "
+            f"{pct(naive['busy_share'])}")

@@ -1,0 +1,126 @@
+"""The scale_model experiment run for real: its notebook under papermill on one machine (one unshaped phase), and a
+SLURM job on the emulated cluster at two link rates, the links reshaped per phase and put back afterwards.
+
+Its summary and rule are tested from recorded records in tests/experiments/test_scale_model_experiment.py (named
+apart from the model core's tests/test_scale_model.py: pytest imports test modules by basename).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+
+import nbformat
+import pandas as pd
+import pytest
+from cluster_fixtures import SESSION_STATE_DIR, require_cluster_prerequisites
+from conftest import execute_notebook
+
+from hpcbench.cluster.network import parse_rate
+from hpcbench.core.results import find_record_files, read_records
+from hpcbench.experiments.scale_model.config import UNSHAPED, ScaleModelConfig
+from hpcbench.experiments.scale_model.summary import summarize, verify_records
+from hpcbench.experiments.scale_model.worker import NO_CLUSTER
+
+#: Small enough for a few seconds per phase: 4 sizes of 1-64 KiB, 2 iterations, 3 timed steps per mode.
+TINY = dict(min_bytes=1024, max_bytes=65536, iters=2, warmup_iters=1, steps=3, warmup_steps=1, codec_repeats=1)
+
+
+def _outputs(path) -> tuple[str, list]:
+    nb = nbformat.read(path, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs)
+    text += "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
+    return text, outputs
+
+
+def test_notebook_runs_one_unshaped_phase_without_the_cluster(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_CONF", raising=False)  # one machine: no cluster to find
+    df, _ = execute_notebook("scale_model", tmp_path, modes=["ddp", "quant2bit"], **TINY)
+    s = summarize(df)
+    steps = s[s["row"] == "step"]
+    assert set(steps["link_rate"]) == {UNSHAPED} and list(steps["mode"]) == ["ddp", "quant2bit"]
+    assert (steps["steps"] == 3).all() and steps["predicted_ms"].map(math.isfinite).all()
+    assert steps["compute_ms"].gt(0).all() and steps.set_index("mode").loc["quant2bit", "codec_ms"] > 0
+    assert {("all_reduce", g) for g in ("world", "intra_node", "inter_node")} <= \
+        set(zip(s[s["row"] == "fit"]["op"], s[s["row"] == "fit"]["group"]))
+    assert not (s["row"] == "c1").any()  # no shaped link, no efficiency
+    driver = df[df["metric"] == "link_rate_bps"]
+    assert driver["value"].isna().all() and driver["text"].iloc[0] == NO_CLUSTER
+    assert not (df["metric"] == "link_restored").any()
+    text, outputs = _outputs(tmp_path / "scale_model.ipynb")
+    assert "C1: inconclusive" in text and "shaped link" in text
+    assert ("PASS" in text or "FAIL" in text) and "unshaped ddp" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+@pytest.fixture(scope="module")
+def cluster_run(emulated_cluster, tmp_path_factory):
+    require_cluster_prerequisites()
+    from hpcbench.run.runner import run_suite
+    from hpcbench.run.suite import parse_suite
+
+    saved = {k: os.environ.get(k) for k in emulated_cluster.env()}
+    os.environ.update(emulated_cluster.env())
+    # 16 KiB .. 1 MiB: the two largest sizes exceed the links' token bucket (128 KiB), so the rate shows
+    params = {**TINY, "link_rates": ["200mbit", "100mbit"], "modes": ["ddp", "hierarchical"], "ops": ["all_reduce"],
+              "min_bytes": 16384, "max_bytes": 1 << 20}
+    try:
+        run_dir = tmp_path_factory.mktemp("scale_model") / "run"
+        suite = parse_suite({"name": "s", "tasks": [{"experiment": "scale_model", "params": params}]})
+        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert status.state == "done", status.error
+    df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
+    return df, run_dir, params
+
+
+def test_links_are_reshaped_per_phase_and_put_back(cluster_run):
+    from hpcbench.cluster import load_cluster
+
+    df, _, params = cluster_run
+    phases = df[df["metric"] == "link_rate_bps"]
+    shaped = {json.loads(lab)["link_rate"]: v for lab, v in zip(phases["labels"], phases["value"])}
+    assert shaped == {r: parse_rate(r) for r in params["link_rates"]}
+    assert all("reshaped to" in t for t in phases["text"])
+    assert df[df["metric"] == "link_restored"]["value"].tolist() == [1.0]
+    # the cluster and both ends of every link are back at the session's 1gbit
+    info = load_cluster(SESSION_STATE_DIR)
+    assert info.spec.link_rate == "1gbit"
+    n2 = info.node("n2")
+    host = subprocess.run(["tc", "qdisc", "show", "dev", n2.veth_host], capture_output=True, text=True).stdout
+    assert "rate 1Gbit" in host
+    # the ranks ran on both nodes in every phase, each phase's rows labelled with its rate
+    ranks = df[df["metric"] == "step_time"]
+    assert {json.loads(lab)["link_rate"] for lab in ranks["labels"]} == set(params["link_rates"])
+
+
+def test_fits_predictions_and_residuals_are_finite_at_each_rate(cluster_run):
+    df, _, params = cluster_run
+    s = summarize(df)
+    fits = s[s["row"] == "fit"]
+    for rate in params["link_rates"]:
+        mine = fits[fits["link_rate"] == rate]
+        assert {"world", "intra_node", "inter_node"} <= set(mine[mine["op"] == "all_reduce"]["group"])
+        inter = mine[(mine["op"] == "all_reduce") & (mine["group"] == "inter_node")].iloc[0]
+        assert math.isfinite(inter["efficiency"]) and math.isfinite(inter["r2"])
+    steps = s[s["row"] == "step"]
+    assert len(steps) == 4
+    assert steps["predicted_ms"].map(math.isfinite).all() and steps["residual"].map(math.isfinite).all()
+    c1 = s[s["row"] == "c1"]
+    assert list(c1["link_rate"]) == params["link_rates"] and c1["efficiency"].map(math.isfinite).all()
+    text = str(verify_records(df, ScaleModelConfig.from_dict(params)))
+    assert "links were not put back" not in text and "no records" not in text, text
+
+
+def test_cluster_notebook_shows_residuals_and_an_inconclusive_c1(cluster_run):
+    _, run_dir, _ = cluster_run
+    (path,) = list((run_dir / "tasks").glob("*/notebook.ipynb"))
+    text, outputs = _outputs(path)
+    assert "C1: inconclusive" in text and ("n = 1 launches" in text or "No launch" in text)
+    assert "200mbit ddp: predicted" in text and "100mbit hierarchical" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)
