@@ -517,3 +517,73 @@ def test_report_renders_in_headless_chromium(report, chromium, tmp_path):
     ledger = _table(dom, "claims-ledger")
     body = re.search(r"<tbody>(.*?)</tbody>", ledger, re.S).group(1)
     assert body.count("<tr") == EXPECTED_CLAIMS
+
+
+# -- the gate before scaling out (C12), per task ---------------------------------------------------
+
+STEPPING = "trainer"  # an experiment without a presenter: the gate table rides on the generic section
+
+
+def add_stepping_tasks(run: Path) -> None:
+    """Three tasks that record steps: a steady one (the gate passes), a jumpy one with slow reads (it fails),
+    and one whose single step, without a no-op twin, measures nothing (not measured)."""
+    def task(name: str, times: list[float], reads: list[float], twins: bool = True) -> None:
+        task_dir = run / "tasks" / f"{STEPPING}.{name}.r0"
+        _write_status(task_dir, experiment=STEPPING, variant=name)
+        ctx = RecordContext(run_id=run.name, suite="smoke", experiment=STEPPING, variant=name, task_id=task_dir.name)
+        for rank in (0, 1):
+            with RecordWriter(task_dir / "records" / f"rank{rank}.parquet",
+                              ctx.for_rank(node=f"n{rank + 1}", rank=rank, world_size=2)) as w:
+                for step, t in enumerate(times):
+                    w.add("step_time", t, "s", step=step, labels={"model": "m", "comm": "mode"})
+                    if twins:
+                        w.add("step_time", 0.9 * t, "s", step=step, labels={"model": "m", "comm": "noop"})
+                for step, t in enumerate(reads):
+                    w.add("read_time", t, "s", step=step, labels={"bytes": 4096})
+
+    task("steady", [0.100, 0.101, 0.099, 0.100, 0.102, 0.098], [0.01] * 6)
+    task("jumpy", [0.1, 0.2, 0.1, 0.05, 0.1, 0.2], [0.01] * 5 + [0.4])
+    task("single", [0.1], [], twins=False)
+
+
+@pytest.fixture(scope="module")
+def gate_report(cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("gated")
+    run = make_run(root, "gated")
+    add_stepping_tasks(run)
+    add_linked_files(run)  # comm_modes: its own presenter, steps without no-op twins
+    index = build_report([run], root / "report", scheduler=cluster.scheduler_address, progress=lambda _: None,
+                         warn=lambda _: None)
+    return index
+
+
+def test_tasks_without_steps_have_no_gate(agg):
+    assert agg.gates.empty and agg.experiment_gates("collectives").empty
+
+
+def test_the_gate_is_shown_per_task_with_its_reasons(gate_report):
+    html = gate_report.read_text()
+    table = _table(html, f"gate-{STEPPING}")
+    head = re.search(r"<thead>(.*?)</thead>", table, re.S).group(1)
+    for column in ("step_time_cv &lt; 0.05", "comm_share &lt; 0.3", "read_p99 &lt; 0.1 s", "gate"):
+        assert column in head
+    rows = {re.search(r"trainer\.(\w+)\.r0", r).group(1): r
+            for r in re.findall(r"<tr[^>]*>(?:(?!</tr>).)*?trainer\.\w+\.r0.*?</tr>", table, re.S)}
+    assert set(rows) == {"steady", "jumpy", "single"}
+    assert "passes" in rows["steady"] and 'class="fail"' not in rows["steady"] and "0.1 ✓" in rows["steady"]
+    assert re.search(r'<tr class="fail">', rows["jumpy"]) and "fails: step_time_cv, read_p99" in rows["jumpy"]
+    assert "0.4 ✗" in rows["jumpy"] or "0.389 ✗" in rows["jumpy"]  # the P99 of six reads, one slow
+    assert "not measured" in rows["single"] and "fewer than 2 steps" in rows["single"]
+    assert "no read_time rows" in rows["single"]
+    # a presenter of its own keeps its tables and gets the gate after them
+    comm = re.search(r'<section id="exp-comm-modes">.*?</section>', html, re.S).group(0)
+    gate = _table(comm, "gate-comm-modes")
+    assert "fails: step_time_cv" in gate and "no comm_time rows" in gate
+
+
+@pytest.mark.integration
+def test_gate_table_renders_in_headless_chromium(gate_report, chromium, tmp_path):
+    page = render_in_chromium(chromium, gate_report, tmp_path)
+    assert page.js_errors == []
+    table = _table(page.dom, f"gate-{STEPPING}")
+    assert table.count("<tr") == 1 + 3 and "fails: step_time_cv, read_p99" in table

@@ -360,6 +360,23 @@ def storage_throttle_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
+def move_back(origin: dict[int, str], root: Path, controller: str, log) -> None:
+    """Move each pid of ``origin`` back into its cgroup (``root``/path), logging it; ``origin`` is emptied.
+
+    A process that has exited meanwhile is noted, not an error.
+    """
+    for pid, path in list(origin.items()):
+        try:
+            (root / path.lstrip("/") / "cgroup.procs").write_text(f"{pid}\n")
+            log.actions.append(f"moved pid {pid} back to {controller}:{path}")
+        except ProcessLookupError:
+            log.actions.append(f"pid {pid} had exited")
+        except OSError as exc:
+            if exc.errno != 3:  # ESRCH: gone
+                raise
+    origin.clear()
+
+
 class SlowStorage(NodeFault):
     """Reads from the disk holding ``path`` throttled for the processes ``pids`` (a node's ranks).
 
@@ -386,7 +403,7 @@ class SlowStorage(NodeFault):
             raise NodeFaultError(f"cannot throttle reads of {path}: {problem}")
         self.path, self.read_bps, self.read_iops = Path(path), int(read_bps), read_iops
         self.device = block_device_of(path)
-        self.cgroup = BLKIO_ROOT / f"{CGROUP_PREFIX}-{node}-{os.getpid()}"
+        self.cgroup = BLKIO_ROOT / f"{CGROUP_PREFIX}-{node.replace('/', '_')}-{os.getpid()}"
         self._origin: dict[int, str] = {}
 
     def _apply(self) -> None:
@@ -403,16 +420,7 @@ class SlowStorage(NodeFault):
             self.log.actions.append(f"moved pid {pid} from blkio:{self._origin[pid]} into it")
 
     def _undo(self) -> None:
-        for pid, origin in list(self._origin.items()):
-            try:
-                (BLKIO_ROOT / origin.lstrip("/") / "cgroup.procs").write_text(f"{pid}\n")
-                self.log.actions.append(f"moved pid {pid} back to blkio:{origin}")
-            except ProcessLookupError:
-                self.log.actions.append(f"pid {pid} had exited")
-            except OSError as exc:
-                if exc.errno != 3:  # ESRCH: gone
-                    raise
-        self._origin.clear()
+        move_back(self._origin, BLKIO_ROOT, "blkio", self.log)
         stats = self.cgroup / "blkio.throttle.io_service_bytes"
         if stats.exists():
             for line in stats.read_text().splitlines():
@@ -491,3 +499,258 @@ class CpuContention(NodeFault):
             except (OSError, IndexError, ValueError):
                 continue
         return total
+
+
+# -- faults added for the practice gate (C12): a slow node, a thread-hungry neighbour, a flapping link --------
+
+#: Where cgroup v1 mounts the cpu controller (CFS bandwidth control: ``cpu.cfs_quota_us``).
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+#: Prefix of every cpu cgroup made here (removed again on exit).
+CPU_CGROUP_PREFIX = "hpcbench-slow-node"
+#: The CFS period the quota is counted in: the kernel's default, 100 ms (Documentation/scheduler/sched-bwc.rst).
+CFS_PERIOD_US = 100_000
+
+#: A thread-hungry neighbour: torch's intra-op pool of argv[1] threads multiplying matrices on the CPUs of
+#: argv[2], free to move between them (one affinity for the process, none per thread), until signalled.
+_THREAD_HUNGRY = ("import os, sys\nos.sched_setaffinity(0, {int(c) for c in sys.argv[2].split(',')})\n"
+                  "import torch\ntorch.set_num_threads(int(sys.argv[1]))\na = torch.randn(256, 256)\n"
+                  "while True:\n    a @ a\n")
+
+
+def cgroup_v1_of(pid: int, controller: str) -> str:
+    """The cgroup (v1) of ``pid`` for ``controller`` (``"cpu"``, ``"blkio"``), e.g. ``/`` or ``/slurm/job_3``."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    raise NodeFaultError(f"process {pid} is in no {controller} cgroup (/proc/{pid}/cgroup): this kernel mounts no "
+                         f"cgroup v1 {controller} controller")
+
+
+def cpu_quota_problem() -> str | None:
+    """None when :class:`CpuQuota` can work here, else exactly why not."""
+    if not (CPU_ROOT / "cpu.cfs_quota_us").exists():
+        return (f"no cgroup v1 cpu controller with CFS bandwidth control at {CPU_ROOT} (a cgroup v2-only host would "
+                f"need cpu.max instead)")
+    if os.geteuid() != 0:
+        return "creating a cpu cgroup and moving processes into it needs root"
+    return None
+
+
+class CpuQuota(NodeFault):
+    """A slow node: the processes ``pids`` (a node's ranks) together get ``cpus`` CPUs' worth of time.
+
+    A new cgroup v1 ``cpu`` cgroup with ``cpu.cfs_quota_us = cpus x cpu.cfs_period_us``; the
+    processes move into it with all their threads (``cgroup.procs``) and back out on exit. What
+    a node with a lower clock, thermal throttling or a co-scheduled job's CPU limit looks like to
+    its ranks: every step computes at a fraction of the speed, in bursts of the CFS period.
+
+    Args:
+        node: the node's name, for the log.
+        pids: the processes to slow down.
+        cpus: CPU time per wall second for all of them together (0.5: half a CPU).
+        period_us: the CFS period.
+    """
+
+    kind = "slow_node"
+
+    def __init__(self, node: str, pids: Iterable[int], *, cpus: float, period_us: int = CFS_PERIOD_US) -> None:
+        super().__init__(node)
+        self.pids = sorted(set(int(p) for p in pids))
+        if not self.pids:
+            raise NodeFaultError("no process to slow down")
+        # the kernel refuses quotas under 1 ms and periods outside [1 ms, 1 s]
+        if not 1000 <= period_us <= 1_000_000 or not cpus * period_us >= 1000:
+            raise NodeFaultError(f"cpus={cpus}, period_us={period_us}: the quota (cpus x period) must be >= 1000 us "
+                                 f"and the period within [1000, 1000000] us")
+        problem = cpu_quota_problem()
+        if problem:
+            raise NodeFaultError(f"cannot limit the CPU time of {self.pids}: {problem}")
+        self.cpus, self.period_us = float(cpus), int(period_us)
+        self.cgroup = CPU_ROOT / f"{CPU_CGROUP_PREFIX}-{node.replace('/', '_')}-{os.getpid()}"
+        self._origin: dict[int, str] = {}
+
+    @property
+    def quota_us(self) -> int:
+        return int(round(self.cpus * self.period_us))
+
+    def _apply(self) -> None:
+        self.cgroup.mkdir()
+        self.log.actions.append(f"created cpu cgroup {self.cgroup}")
+        (self.cgroup / "cpu.cfs_period_us").write_text(f"{self.period_us}\n")
+        (self.cgroup / "cpu.cfs_quota_us").write_text(f"{self.quota_us}\n")
+        self.log.actions.append(f"cpu.cfs_quota_us = {self.quota_us} per cpu.cfs_period_us = {self.period_us} "
+                                f"({self.cpus:g} CPU for {len(self.pids)} process(es))")
+        for pid in self.pids:
+            self._origin[pid] = cgroup_v1_of(pid, "cpu")
+            (self.cgroup / "cgroup.procs").write_text(f"{pid}\n")
+            self.log.actions.append(f"moved pid {pid} from cpu:{self._origin[pid]} into it")
+
+    def _undo(self) -> None:
+        move_back(self._origin, CPU_ROOT, "cpu", self.log)
+        stat = self.cgroup / "cpu.stat"
+        if stat.exists():
+            for line in stat.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name in ("nr_periods", "nr_throttled", "throttled_time") and value.strip().isdigit():
+                    self.log.counters[name] = float(value)
+        if self.cgroup.exists():
+            # threads a moved process started while inside stay there: move any leftover out first
+            for pid in (self.cgroup / "cgroup.procs").read_text().split():
+                try:
+                    (CPU_ROOT / "cgroup.procs").write_text(f"{pid}\n")
+                except OSError:
+                    pass
+            self.cgroup.rmdir()
+            self.log.actions.append(f"removed {self.cgroup}")
+
+
+class ThreadHungryNeighbour(NodeFault):
+    """A second process on the CPUs of ``pids`` whose ``threads`` compute threads are not pinned.
+
+    Together with a rank that runs more intra-op threads than it has cores and no binding (the
+    rank's own part, done inside the rank), it is the "unbound threads" problem: more runnable
+    threads than cores on the node, each preempted at the scheduler's whim, OpenMP barriers
+    waiting for threads that are not running.
+
+    Args:
+        node: the node's name, for the log.
+        pids: the node's ranks; their ``Cpus_allowed_list`` says which CPUs the neighbour shares.
+        threads: the neighbour's torch intra-op threads.
+    """
+
+    kind = "thread_hungry_neighbour"
+
+    def __init__(self, node: str, pids: Iterable[int], *, threads: int) -> None:
+        super().__init__(node)
+        self.pids = sorted(set(int(p) for p in pids))
+        if not self.pids:
+            raise NodeFaultError("no process whose CPUs to share")
+        if threads < 1:
+            raise NodeFaultError(f"threads={threads}: give >= 1")
+        self.threads = int(threads)
+        self.cpus: list[int] = []
+        self.proc: subprocess.Popen | None = None
+
+    def _apply(self) -> None:
+        self.cpus = sorted(set().union(*(allowed_cpus(p) for p in self.pids)))
+        self.proc = subprocess.Popen([sys.executable, "-c", _THREAD_HUNGRY, str(self.threads),
+                                      ",".join(str(c) for c in self.cpus)], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.log.actions.append(f"started neighbour {self.proc.pid}: {self.threads} torch threads multiplying "
+                                f"matrices on CPUs {self.cpus} (ranks {self.pids}), unpinned")
+
+    def _undo(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.log.actions.append(f"stopped neighbour {proc.pid} (rc {proc.returncode})")
+
+
+class LinkFlap(NodeFault):
+    """A flapping link, a transient fault: the node's link goes down for ``down_s`` every ``period_s``.
+
+    The bridge-side end of the node's veth (``ip link set hpcb-hN down``, then ``up``, in the
+    host's namespace) as a flapping cable, transceiver or switch port does: the node's packets
+    are lost while it is down and TCP resends them after its retransmission timeout once it is
+    back, so the steps that straddle a flap take seconds longer and the others do not.
+    :func:`hpcbench.fault.inject.node_down` with ``how="link"`` takes a node out for good;
+    this brings it back each time, from a thread of the process that applies it.
+
+    Args:
+        link: the node's link (:func:`node_link`).
+        down_s: seconds each flap keeps the link down.
+        period_s: seconds from one flap's start to the next (> ``down_s``).
+        first_after_s: seconds from the apply to the first flap.
+    """
+
+    kind = "link_flap"
+
+    def __init__(self, link: NodeLink, *, down_s: float, period_s: float, first_after_s: float = 0.0) -> None:
+        super().__init__(link.node)
+        if not 0 < down_s < period_s or first_after_s < 0:
+            raise NodeFaultError(f"down_s={down_s}, period_s={period_s}, first_after_s={first_after_s}: give "
+                                 f"0 < down_s < period_s and first_after_s >= 0")
+        self.link, self.down_s, self.period_s, self.first_after_s = link, float(down_s), float(period_s), first_after_s
+        import threading
+
+        self.flaps: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: str | None = None
+
+    def _ip_link(self, state: str) -> subprocess.CompletedProcess:
+        return _run(in_netns(self.link.host_netns, ["ip", "link", "set", self.link.host_veth, state]))
+
+    def _flapping(self) -> None:
+        stop = self._stop
+        if stop.wait(self.first_after_s):
+            return
+        while True:
+            start = time.time()
+            try:
+                self._ip_link("down")
+            except NodeFaultError as exc:
+                self._error = str(exc)
+                return
+            try:
+                stop.wait(self.down_s)
+            finally:
+                try:
+                    self._ip_link("up")
+                except NodeFaultError as exc:
+                    self._error = str(exc)
+                self.flaps.append((start, time.time()))
+            if stop.wait(max(0.0, self.period_s - (time.time() - start))):
+                return
+
+    def _apply(self) -> None:
+        import threading
+
+        # a missing namespace or tool fails here, before any flap, with the command's error
+        _run(in_netns(self.link.host_netns, ["ip", "link", "show", self.link.host_veth]))
+        self.log.counters.update({f"before_{k}": v for k, v in self._tcp().items()})
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._flapping, name=f"link-flap-{self.link.node}", daemon=True)
+        self._thread.start()
+        self.log.actions.append(f"host side {self.link.host_veth}: down for {self.down_s:g} s every "
+                                f"{self.period_s:g} s, first after {self.first_after_s:g} s")
+
+    def _undo(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.down_s + 30)
+        self._thread = None
+        self._ip_link("up")  # whatever the thread managed: the link ends up
+        self.log.actions.append(f"host side {self.link.host_veth}: up; {len(self.flaps)} flap(s): "
+                                + ", ".join(f"{b - a:.2f} s down" for a, b in self.flaps))
+        self.log.counters["flaps"] = float(len(self.flaps))
+        self.log.counters["down_s"] = float(sum(b - a for a, b in self.flaps))
+        try:
+            self.log.counters.update({f"after_{k}": v for k, v in self._tcp().items()})
+        except NodeFaultError:
+            pass
+        if self._error:
+            raise NodeFaultError(f"the link flap failed: {self._error}")
+
+    def _tcp(self) -> dict[str, float]:
+        c = tcp_counters(self.link.node_netns)
+        return {"OutSegs": c.get("OutSegs", 0.0), "RetransSegs": c.get("RetransSegs", 0.0)}
+
+    @property
+    def retransmitted(self) -> float | None:
+        """Segments the node retransmitted while the fault was on (None before it was undone)."""
+        c = self.log.counters
+        return c["after_RetransSegs"] - c["before_RetransSegs"] if "after_RetransSegs" in c else None
+
+    @property
+    def sent(self) -> float | None:
+        c = self.log.counters
+        return c["after_OutSegs"] - c["before_OutSegs"] if "after_OutSegs" in c else None

@@ -53,3 +53,7 @@ GUIDE_C6_SM_EFFICIENCY_MIN = 0.80          # "GPU SM efficiency (DCGM) > 80 %"
 GUIDE_C6_IB_RETRANS_MAX = 0.001            # "IB retransmission rate (IB counters) < 0.1 %"
 GUIDE_C6_STORAGE_P99_MAX_S = 0.050         # "storage latency P99 (Lustre stats) < 50 ms"
 GUIDE_C6_CACHE_HIT_MIN = 0.90              # "CPU cache hit rate (perf) > 90 %"
+# C12 (SOURCE.md 6, "Gate before scaling out"): the guide's three gate limits, each a strict "<".
+GUIDE_C12_STEP_TIME_CV_MAX = 0.05          # "step-time standard deviation < 5 %" (of the mean step time)
+GUIDE_C12_COMM_SHARE_MAX = 0.30            # "communication share < 30 %"
+GUIDE_C12_READ_P99_MAX_S = 0.100           # "storage read latency P99 < 100 ms"

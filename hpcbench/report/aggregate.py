@@ -11,7 +11,9 @@ file costs more in scheduling than in reading), into one dask DataFrame with a
   n, mean, p50, p99, std (ddof=1), min, max, and the spread over repetitions, the
   per-repetition means' (max - min) / mean in % with the number of repetitions;
 * the text rows (NaN value with a text: "not applicable: ...", versions), kept as text;
-* the raw rows of the experiments that need them (claims, inventories).
+* the raw rows of the experiments that need them (claims, inventories);
+* the rows the gate before scaling out reads (:data:`hpcbench.practice.gates.GATE_METRICS`), of
+  every experiment: :func:`gates_on_cluster` then evaluates the gate per task, one task per source.
 
 A file that :func:`hpcbench.core.results.read_records` rejects (corrupt, truncated, a
 foreign Parquet file) is set aside with its reason; it never fails its partition.
@@ -33,6 +35,7 @@ import pandas as pd
 
 from hpcbench.core.errors import HpcbenchError, ResultsError
 from hpcbench.core.results import COLUMNS, empty_frame, expand_labels, find_record_files, read_records
+from hpcbench.practice.gates import GATE_METRICS, task_gates
 from hpcbench.run.rundir import effective_state
 
 #: The columns a series is identified by (``labels`` is canonical JSON). ``node`` keeps
@@ -96,6 +99,9 @@ class Aggregate:
     records_by_source: dict[str, pd.DataFrame]  # schema columns, raw rows of the requested experiments
     summaries_by_source: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
     """source -> experiment -> every launch's summary (the experiment's ``summarize``, run on the workers)."""
+    gates: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The gate before scaling out (C12) per task that has step records, every source
+    (:func:`hpcbench.practice.gates.task_gates` with a ``source`` column)."""
 
     def summaries(self, experiment: str) -> pd.DataFrame:
         """One experiment's launch summaries of all sources, with a ``source`` column."""
@@ -117,6 +123,12 @@ class Aggregate:
 
     def experiment_text(self, experiment: str) -> pd.DataFrame:
         return expand_labels(self.text_rows[self.text_rows["experiment"] == experiment])
+
+    def experiment_gates(self, experiment: str) -> pd.DataFrame:
+        """The gate per task of one experiment (empty when none of its tasks has step records)."""
+        if self.gates.empty or "experiment" not in self.gates.columns:
+            return self.gates.iloc[0:0]
+        return self.gates[self.gates["experiment"] == experiment].reset_index(drop=True)
 
 
 # -- sources ---------------------------------------------------------------------
@@ -382,12 +394,13 @@ def aggregate(run_dirs: Sequence[str | Path] | Sequence[Source], client, files_p
             series_stats, meta=_stats_frame([], meta))
         text = ddf[ddf["value"].isna() & ddf["text"].notnull()][TEXT_COLUMNS]
         raw = ddf if raw_set is None else ddf[ddf["experiment"].isin(raw_set)]
-        # One compute: the reading tasks are shared by all four results.
-        futures = client.compute([stats, text, raw, bad])
-        stats_df, text_df, raw_df, bad_df = client.gather(futures)
+        stepping = ddf[ddf["metric"].isin(list(GATE_METRICS))]
+        # One compute: the reading tasks are shared by all five results.
+        futures = client.compute([stats, text, raw, bad, stepping])
+        stats_df, text_df, raw_df, bad_df, gate_df = client.gather(futures)
         unreadable += [Unreadable(str(p), str(r)) for p, r in zip(bad_df["path"], bad_df["reason"])]
     else:
-        stats_df, text_df, raw_df = _stats_frame([], meta), meta[TEXT_COLUMNS], meta
+        stats_df, text_df, raw_df, gate_df = _stats_frame([], meta), meta[TEXT_COLUMNS], meta, meta
     stats_df = stats_df.sort_values(SERIES_KEYS, kind="stable").reset_index(drop=True)
     text_df = text_df.reset_index(drop=True)
     raw_df = raw_df.reset_index(drop=True)
@@ -395,10 +408,11 @@ def aggregate(run_dirs: Sequence[str | Path] | Sequence[Source], client, files_p
                          for s in sources}
     tasks = [t for s in sources for t in s.tasks]
     summaries = summarize_on_cluster(client, records_by_source)
+    gates = gates_on_cluster(client, {s.label: gate_df[gate_df["source"] == s.label] for s in sources})
     progress(f"report: {len(stats_df)} series, {len(text_df)} text rows, "
              f"{len(unreadable)} unreadable input(s), {len(tasks)} task(s)")
     return Aggregate(sources=sources, stats=stats_df, text_rows=text_df, unreadable=unreadable,
-                     tasks=tasks, records_by_source=records_by_source, summaries_by_source=summaries)
+                     tasks=tasks, records_by_source=records_by_source, summaries_by_source=summaries, gates=gates)
 
 
 def _summarize_experiment(records: pd.DataFrame, experiment: str) -> pd.DataFrame:
@@ -428,3 +442,23 @@ def summarize_on_cluster(client, records_by_source: dict[str, pd.DataFrame]) -> 
     return out
 
 
+
+
+def _task_gates(records: pd.DataFrame, source: str) -> pd.DataFrame:
+    return task_gates(records).assign(source=source)
+
+
+def gates_on_cluster(client, rows_by_source: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The gate before scaling out (C12) per task, one dask task per source; a ``source`` column first.
+
+    Args:
+        rows_by_source: each source's rows of :data:`~hpcbench.practice.gates.GATE_METRICS`, every
+            experiment's (the gate applies to any run that steps).
+    """
+    jobs = [client.submit(_task_gates, client.scatter(frame), label, pure=False)
+            for label, frame in rows_by_source.items() if len(frame)]
+    frames = [f for f in client.gather(jobs) if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    return out[["source", *(c for c in out.columns if c != "source")]]

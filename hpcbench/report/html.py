@@ -25,8 +25,8 @@ import pandas as pd
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import COLUMNS, empty_frame
 from hpcbench.report.aggregate import Aggregate, Source, aggregate, check_sources, load_sources, print_warning
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, file_link, fmt_number, page_template,
-                                 png_of, present_stats, rank_binding_table, slug, split_binding_rows)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, file_link, fmt_number, gate_table,
+                                 page_template, png_of, present_stats, rank_binding_table, slug, split_binding_rows)
 from hpcbench.report.publish import report_manifest, write_report_manifest
 from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, replacing_report_folder
 
@@ -257,7 +257,6 @@ def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exc
     for cid in order:
         row = first[cid]
         by_src = [per_source.get(s, {}).get(cid) for s in labels]
-        predicted = list(dict.fromkeys(_value_text(r.predicted) for r in by_src if r is not None))
         verdicts = [(s, str(r.verdict)) for s, r in zip(labels, by_src) if r is not None]
         if len({v for _, v in verdicts}) <= 1:
             verdict_parts = [_verdict_cell(verdicts[0][1])] if verdicts else []
@@ -270,7 +269,7 @@ def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exc
             Cell(str(row.section or "")),
             Cell(_value_text(row.claimed)),
             *(Cell(_value_text(r.measured) if r is not None else "–") for r in by_src),
-            Cell(" / ".join(predicted) or "–"),
+            _predicted_cell(labels, by_src),
             Cell(parts=tuple(verdict_parts)),
         ])
     section.tables.append(Table(columns=columns, rows=rows, id="claims-ledger",
@@ -279,6 +278,24 @@ def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exc
     if figure is not None:
         section.figures.append(figure)
     return section
+
+
+def _predicted_cell(labels: Sequence[str], by_src: Sequence[Any]) -> Cell:
+    """The predicted column: the scale model's text (per source where sources differ), then the guide's arithmetic.
+
+    Rows without a model prediction (or from an older ledger) show ``predicted`` as before.
+    """
+    present = [(s, r) for s, r in zip(labels, by_src) if r is not None]
+    models = [(s, str(getattr(r, "model_prediction", "") or "")) for s, r in present]
+    models = [(s, m) for s, m in models if m]
+    if not models:
+        return Cell(" / ".join(dict.fromkeys(_value_text(r.predicted) for _, r in present)) or "–")
+    distinct = list(dict.fromkeys(m for _, m in models))
+    parts = ([Cell(distinct[0], "model-prediction")] if len(distinct) == 1
+             else [Cell(f"{s}: {m}", "model-prediction") for s, m in models])
+    arithmetic = dict.fromkeys(str(getattr(r, "guide_arithmetic", "") or "") for _, r in present)
+    parts += [Cell(f"Guide's arithmetic: {a}", "guide-arithmetic") for a in arithmetic if a]
+    return Cell(parts=tuple(parts))
 
 
 def interval_figure(rows: list[tuple[str, Any]], several: bool) -> Figure | None:
@@ -392,6 +409,9 @@ def experiment_sections(agg: Aggregate) -> list[Section]:
             table = rank_binding_table(binding)
             if presented and table is not None:
                 presented[0].tables.append(table)
+            gates = gate_table(agg.experiment_gates(name), table_id=f"gate-{slug(name)}")
+            if presented and gates is not None:
+                presented[0].tables.append(gates)
             sections += presented
         except Exception as exc:  # noqa: BLE001 - one broken presenter must not hide the rest
             sections.append(Section(title=f"Experiment: {name}", id=f"exp-{slug(name)}",

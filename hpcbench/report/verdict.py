@@ -230,6 +230,37 @@ def _bootstrap_log_ratios(pairs, resamples: int, seed: int) -> np.ndarray:
     return logs.mean(axis=1)
 
 
+def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval of a share ``k / n`` (Wilson 1927); (nan, nan) for ``n = 0``.
+
+    The interval for shares over launches (alerts that fired, faults a gate caught, jobs that
+    failed): unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n.
+    """
+    if n == 0:
+        return math.nan, math.nan
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def share_outcome(k: int, n: int, reference: "Reference", *, launches: int | None = None, steps: int,
+                  confidence: float = CONFIDENCE) -> "Outcome":
+    """A share ``k / n`` judged against ``reference`` with its Wilson interval.
+
+    Args:
+        k, n: successes and trials (trials may be several per launch).
+        launches: independent launches behind the trials (default ``n``): the standard's minimum applies to them.
+        steps: the fewest timed steps of those launches.
+    """
+    low, high = wilson(k, n, confidence)
+    return judge(Interval(k / n if n else math.nan, low, high, n if launches is None else launches, steps, ""),
+                 reference)
+
+
 def single_value(launch_samples: Sequence[Sequence[float]], *, unit: str = "", confidence: float = CONFIDENCE,
                  resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> Interval:
     """The mean over launches of each launch's median, with a two-level bootstrap interval.

@@ -16,9 +16,9 @@ from synthetic import SHAPED
 
 from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.experiments.monitoring.config import MonitoringConfig
-from hpcbench.experiments.monitoring.rules import wilson
 from hpcbench.experiments.monitoring.summary import summarize, verify_records
 from hpcbench.report.ledger import evaluate_claim
+from hpcbench.report.verdict import wilson
 from hpcbench.system.facts import write_facts
 
 FAULTS = ["none", "lossy_link", "slow_storage", "cpu_contention"]

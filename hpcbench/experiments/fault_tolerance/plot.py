@@ -5,19 +5,10 @@ from __future__ import annotations
 import math
 
 from hpcbench.core.facts import GUIDE_C15_TRIES
+from hpcbench.report.verdict import wilson
 
 #: Tries drawn on the survival panel: the guide's 3 between its neighbours.
 TRIES_SHOWN = (1, 2, 3, 4)
-
-
-def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95 % Wilson score interval of a share k / n (Wilson 1927), for drawing one launch's point."""
-    if n < 1:
-        return math.nan, math.nan
-    q = k / n
-    centre = (q + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(q * (1 - q) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def draw_survival(ax, points) -> None:
@@ -29,7 +20,7 @@ def draw_survival(ax, points) -> None:
     for label, p, tries, failed, jobs in points:
         ts = list(TRIES_SHOWN)
         ax.plot(ts, [p ** t for t in ts], color="grey", ls=":", lw=1, marker=".")
-        low, high = wilson_interval(int(failed), int(jobs))
+        low, high = wilson(int(failed), int(jobs))
         share = failed / jobs if jobs else math.nan
         ax.errorbar([tries], [share], yerr=[[share - low], [high - share]], fmt="o", capsize=3,
                     label=f"{label}: {int(failed)}/{int(jobs)} jobs failed (p = {p:g})")

@@ -7,9 +7,10 @@ from typing import Any
 
 import pandas as pd
 
-from hpcbench.experiments.fault_tolerance.plot import draw_survival, wilson_interval
+from hpcbench.experiments.fault_tolerance.plot import draw_survival
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
                                  pick, png_of, present_stats, source_variants, text_table)
+from hpcbench.report.verdict import wilson
 
 TIER_ORDER = {"full": 0, "light": 1}
 
@@ -132,7 +133,7 @@ def present_fault_tolerance(data: ExperimentData) -> list[Section]:
         for r in failed.itertuples():
             jobs, share = int(r.n), float(r.mean)
             k = round(share * jobs)
-            low, high = wilson_interval(k, jobs)
+            low, high = wilson(k, jobs)
             predicted = float(r.p) ** int(r.tries)
             rows.append([Cell(f"{r.source} · {r.variant}"), Cell(fmt_number(r.p)), Cell(str(int(r.tries))),
                          Cell(str(jobs)), Cell(f"{fmt_number(share, 3)} [{fmt_number(low, 3)}, {fmt_number(high, 3)}]"),

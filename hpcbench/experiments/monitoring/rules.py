@@ -39,8 +39,6 @@ launches can never reproduce; 8 of 8 gives 0.58. Run >= 8 launches for a verdict
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from hpcbench.experiments.monitoring.config import NO_FAULT
@@ -48,7 +46,7 @@ from hpcbench.experiments.monitoring.summary import UTIL_HEALTHY_MIN
 from hpcbench.guide.claims import Claim
 from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement
 from hpcbench.report.rulekit import in_group, launch_groups
-from hpcbench.report.verdict import CONFIDENCE, INCONCLUSIVE, Interval, Outcome, Reference, combine, judge
+from hpcbench.report.verdict import CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, share_outcome
 
 #: A share of launches counts as "most" from here (both members' band edge).
 MAJORITY = 0.5
@@ -56,25 +54,6 @@ QUIET = Reference(0.0, upper=MAJORITY, unit="",
                   source="'a healthy run meets all four thresholds': alerts in at most half the baseline launches")
 CAUGHT = Reference(1.0, lower=MAJORITY, unit="",
                    source="'monitor ... against alert thresholds' catches what utilisation hides: in most launches")
-
-
-def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval of a share k/n (Wilson 1927); (nan, nan) for n = 0."""
-    if n == 0:
-        return math.nan, math.nan
-    from statistics import NormalDist
-
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def share_outcome(k: int, n: int, steps: int, reference: Reference, confidence: float) -> Outcome:
-    """The outcome of a share k/n over launches against ``reference`` (the standard's minimum data applies)."""
-    low, high = wilson(k, n, confidence)
-    return judge(Interval(k / n if n else math.nan, low, high, n, steps, ""), reference)
 
 
 def _members(summaries: pd.DataFrame) -> list[tuple[str, int, int, int, Reference, str | None]]:
@@ -133,7 +112,7 @@ def rule_c6(claim: Claim, evidence: Evidence) -> Judgement:
     confidence = 1 - (1 - CONFIDENCE) / max(1, sum(1 for _, m in found if m[5] is None))
     outcomes, labels, parts, applicable, reasons = [], [], [], [], []
     for group_text, (label, k, n, steps, reference, why) in found:
-        outcome = share_outcome(k, n, steps, reference, confidence)
+        outcome = share_outcome(k, n, reference, steps=steps, confidence=confidence)
         if why:
             outcome = Outcome(INCONCLUSIVE, outcome.interval, reference, f"not applicable: {why}")
             reasons.append(why)

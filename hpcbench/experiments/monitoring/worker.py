@@ -26,27 +26,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hpcbench.core.results import RecordWriter
+from hpcbench.data.readers.cold_batches import ColdWeatherBatches, prepare_weather_data
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.monitoring.config import NO_FAULT, MonitoringConfig
 from hpcbench.experiments.monitoring.summary import RANK_UTILISATION
 
-#: Time steps per shard of the generated data set; 2 shards hold 62 forecasting pairs.
-STEPS_PER_SHARD, SHARDS = 32, 2
-
 
 def prepare_data(cfg: MonitoringConfig, out_dir: str | os.PathLike) -> str:
-    """The task's weather data set (``out_dir/data``), made once, on the local disk, flushed to it."""
-    from hpcbench.data.generators.weather import WeatherSpec, make_weather
-    from hpcbench.models import MODELS
-
-    spec = MODELS.get(cfg.model)
-    folder = Path(out_dir) / "data"
-    if not (folder / "manifest.json").is_file():
-        make_weather(folder, WeatherSpec(steps=SHARDS * STEPS_PER_SHARD, channels=spec.channels, lat=spec.grid[0],
-                                         lon=spec.grid[1], steps_per_shard=STEPS_PER_SHARD, seed=cfg.seed),
-                     command="hpcbench monitoring (generated for the task)")
-    os.sync()  # dirty pages cannot be dropped: every later read must reach the disk
-    return str(folder)
+    """The task's weather data set (``out_dir/data``), made once, flushed to the disk."""
+    return prepare_weather_data(out_dir, cfg.model, seed=cfg.seed, command="hpcbench monitoring (generated for the task)")
 
 
 def launch_monitoring(task: Any):
@@ -58,52 +46,6 @@ def launch_monitoring(task: Any):
 def _data_folder(writer: RecordWriter) -> Path:
     """``out_dir/data``: the ranks find the data set next to their records (the config stays the task's own)."""
     return Path(writer.path).parent.parent / "data"
-
-
-class _Batches:
-    """This rank's forecasting pairs, ``batch_size`` at a time, every read from the disk.
-
-    Before each batch the data set's files are dropped from the page cache
-    (``posix_fadvise(DONTNEED)``), so the block read that follows reaches the disk and a
-    throttle on it shows; each read's seconds go to ``on_read``.
-    """
-
-    def __init__(self, folder: Path, cfg: MonitoringConfig, topo: Topology):
-        from hpcbench.data.readers.weather import WeatherDataset
-
-        self.ds = WeatherDataset(folder, rank=topo.rank, world_size=topo.world_size, seed=cfg.seed,
-                                 block_size=cfg.batch_size, readahead=0, verify="size")
-        self.files = sorted(folder.glob("*.h5"))
-        self.batch_size = cfg.batch_size
-        self.epoch = 0
-        self._it = self._pairs()
-
-    def _pairs(self) -> Iterator[dict]:
-        while True:
-            self.ds.set_epoch(self.epoch)
-            yield from self.ds
-            self.epoch += 1
-
-    def drop_cache(self) -> None:
-        for path in self.files:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-    def next(self, on_read) -> tuple[Any, Any]:
-        import torch
-
-        self.drop_cache()
-        xs, ys = [], []
-        for _ in range(self.batch_size):
-            item = next(self._it)
-            if item["read_bytes"] > 0:
-                on_read(float(item["read_s"]), int(item["read_bytes"]))
-            xs.append(torch.as_tensor(item["x"]))
-            ys.append(torch.as_tensor(item["y"]))
-        return torch.stack(xs), torch.stack(ys)
 
 
 def _gather_pids(topo: Topology) -> list[tuple[str, int]]:
@@ -248,7 +190,8 @@ def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> N
     torch.manual_seed(cfg.seed)
     model = parallelize(spec.build().to(device), "ddp", topo, device=device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    batches = _Batches(data, cfg, topo)
+    batches = ColdWeatherBatches(data, rank=topo.rank, world_size=topo.world_size, seed=cfg.seed,
+                                 batch_size=cfg.batch_size)
     feed = ReadLatencyFeed(Path(writer.path).parent.parent / f"monitor-{node}.feed")
     windows: list[tuple[str, float, float]] = []
     phase: dict[str, list] = {"read": []}
