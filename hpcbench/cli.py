@@ -6,6 +6,7 @@
     hpcbench suite SUITE [--backend local|slurm] [--out results/] [--jobs N] [--dry-run] [--oversubscribe]
     hpcbench suite resume RUN_DIR                  rerun only the failed, interrupted or missing tasks
     hpcbench status RUN_DIR                        each task's state; `running` tasks whose process is gone: stale
+    hpcbench advise RUN_DIR [--task ID] [--json]   C14's advice from what the run measured, each option's predicted gain
     hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
     hpcbench publish REPORT_DIR --to SITE_DIR      copy a report into a site, rewrite the site's index
     hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
@@ -177,6 +178,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_advise(args: argparse.Namespace) -> int:
+    from hpcbench.advise import advice_json, advise_run, format_advice
+
+    advices = advise_run(Path(args.run_dir), task=args.task)
+    print(advice_json(advices) if args.json else format_advice(advices))
+    return 0
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from hpcbench import cluster
 
@@ -328,6 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="each task's state in a run dir (stale `running` tasks named)")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("advise", help="classify a run from its measured figures (bandwidth-bound, latency-sensitive "
+                                      "or neither) and recommend C14's technique, with each option's predicted gain")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--task", metavar="TASK_ID", help="only this task of the run")
+    p.add_argument("--json", action="store_true", help="print the advice as JSON instead of a text table")
+    p.set_defaults(func=cmd_advise)
 
     p = sub.add_parser("task", help="(used by generated job scripts) run task INDEX of a manifest")
     p.add_argument("run_dir")

@@ -245,7 +245,7 @@ def test_params_listing_says_what_is_checked(capsys):
 
 def test_misspelled_experiment_gets_a_suggestion(capsys):
     rc, out, err = run_cli(capsys, "params", "colectives")
-    assert_refused(rc, out, err, "unknown experiment 'colectives'", "registered: affinity, batch_scaling",
+    assert_refused(rc, out, err, "unknown experiment 'colectives'", "registered: advisor, affinity, batch_scaling",
                    "did you mean 'collectives'?")
 
 

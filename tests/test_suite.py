@@ -24,7 +24,7 @@ def test_demo_suite_is_shipped_and_expands():
 
 
 @pytest.mark.parametrize("data,needle", [
-    ({"tasks": [{"experiment": "nosuch"}]}, "unknown experiment 'nosuch'; registered: affinity, batch_scaling, collectives"),
+    ({"tasks": [{"experiment": "nosuch"}]}, "unknown experiment 'nosuch'; registered: advisor, affinity, batch_scaling, collectives"),
     ({"tasks": [{"experiment": "collectives", "params": {"itres": 3}}]}, "variant 'default': CollectivesConfig: unknown parameter(s) ['itres']"),
     ({"tasks": [{"experiment": "collectives", "variants": {"x": {"iters": 0}}}]}, "variant 'x': CollectivesConfig.iters: 0 is out of range"),
     ({"tasks": [{"experiment": "collectives", "variants": {"a b": {}}}]}, "variant name 'a b'"),
@@ -84,7 +84,7 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path):
     r = _cli("run", "collectives", "-p", "itres=3", cwd=tmp_path)
     assert r.returncode == 2 and "unknown parameter(s) ['itres']" in r.stderr and "iters" in r.stderr
     r = _cli("run", "nosuch", cwd=tmp_path)
-    assert r.returncode == 2 and "unknown experiment 'nosuch'; registered: affinity, batch_scaling, collectives" in r.stderr
+    assert r.returncode == 2 and "unknown experiment 'nosuch'; registered: advisor, affinity, batch_scaling, collectives" in r.stderr
     r = _cli("run", "collectives", "-p", "max_bytes=lots", cwd=tmp_path)
     assert r.returncode == 2 and "CollectivesConfig.max_bytes" in r.stderr
     r = _cli("report", str(tmp_path / "missing-run"), cwd=tmp_path)

@@ -1,0 +1,296 @@
+"""The advice: C14's pick for a run, with the scale model's predicted gain of every option.
+
+:func:`advise` reads one series of a run's records (:mod:`hpcbench.advise.figures`), gets its
+link (:mod:`hpcbench.advise.link`), classifies it (:mod:`hpcbench.advise.classify`) and
+predicts, with :func:`hpcbench.scale.predict.predict_step` on that link, the time per
+synchronisation interval of the baseline (DDP's flat ring) and of each option of
+:data:`TECHNIQUES`. A "unit" is the compute between two synchronisations of the series (its
+no-op step / synchronisations per step); the predicted gain is the baseline's time per unit
+over the option's, so that accumulation, which spends k units per synchronisation, is compared
+per sample like the others.
+
+Assumptions of the predictions (shown in every option's ``inputs``): float32 gradients; the
+series' buckets (their count and total bytes) for every option; the overlapped share the
+baseline measured, for every option; no codec time for the compression (it is compute the
+model does not see: the prediction is an upper bound of its gain).
+
+:func:`advise_run` does it for every task of a run folder; :func:`format_advice` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from hpcbench.advise.classify import Classification, classify
+from hpcbench.advise.figures import (GRAD_ELEM_BYTES, AdviceError, Figure, Measured, describe_series, find_series,
+                                     measure)
+from hpcbench.advise.link import BASELINE_MODE, LinkEstimate, link_of, terms
+from hpcbench.advise.thresholds import THRESHOLDS, Thresholds
+from hpcbench.core.facts import GUIDE_C9_MICRO_STEPS
+from hpcbench.core.registry import Registry
+from hpcbench.scale.predict import Prediction, predict_step, residuals
+
+#: Micro-steps the overlap option accumulates under no_sync() before one synchronisation (the guide's C9).
+OVERLAP_MICRO_STEPS = GUIDE_C9_MICRO_STEPS
+
+
+@dataclass(frozen=True)
+class Technique:
+    """One option the advisor prices: a scale-model mode and C14's words for it."""
+
+    name: str
+    advice: str
+    mode: str
+    """the :data:`hpcbench.scale.predict.MODE_MODELS` mode (``"no_sync 4"`` sets the micro-steps)"""
+    units: int = 1
+    """units of compute per predicted step (k for accumulation)"""
+    not_applicable: Callable[[Measured], str | None] = lambda m: None
+
+
+def _needs_two_levels(m: Measured) -> str | None:
+    if m.nodes < 2 or m.ranks_per_node < 2:
+        return (f"a two-level reduction needs >= 2 nodes x 2 ranks per node; the run had {m.nodes} x "
+                f"{m.ranks_per_node}")
+    return None
+
+
+TECHNIQUES: Registry[Technique] = Registry("advisor technique")
+TECHNIQUES.register("quant2bit", Technique("quant2bit", "gradient compression (2-bit codes, C8)", "quant2bit"))
+TECHNIQUES.register("hierarchical", Technique("hierarchical", "topology optimisation (two-level reduction, C3)",
+                                              "hierarchical", not_applicable=_needs_two_levels))
+TECHNIQUES.register("no_sync", Technique("no_sync", f"overlap: accumulate {OVERLAP_MICRO_STEPS} micro-steps under "
+                                                    f"no_sync(), synchronise once (C9)",
+                                         f"no_sync {OVERLAP_MICRO_STEPS}", units=OVERLAP_MICRO_STEPS))
+
+
+@dataclass(frozen=True)
+class Option:
+    """One technique's predicted effect on the series."""
+
+    technique: str
+    advice: str
+    predicted_unit_s: float
+    """predicted seconds per unit of compute (baseline: one step of one synchronisation)"""
+    predicted_gain: float
+    """baseline's predicted time per unit / this option's (> 1: faster)"""
+    not_applicable: str | None = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"technique": self.technique, "advice": self.advice, "predicted_unit_s": self.predicted_unit_s,
+                "predicted_gain": self.predicted_gain, "not_applicable": self.not_applicable,
+                "inputs": dict(self.inputs)}
+
+
+@dataclass(frozen=True)
+class Advice:
+    """C14's pick for one series of a run, the figures that led there and every option's predicted gain."""
+
+    where: str
+    series: Mapping[str, Any]
+    regime: str
+    """a name of :data:`hpcbench.advise.classify.REGIMES`"""
+    description: str
+    """C14's word for the regime"""
+    pick: str
+    """the technique C14 calls for (a name of :data:`TECHNIQUES`)"""
+    reason: str
+    figures: tuple[Figure, ...]
+    options: tuple[Option, ...]
+    thresholds: Mapping[str, float]
+    link: str
+    """``fitted`` or ``inferred`` (see :mod:`hpcbench.advise.link`)"""
+
+    def option(self, technique: str) -> Option:
+        return next(o for o in self.options if o.technique == technique)
+
+    @property
+    def predicted_best(self) -> str:
+        """The applicable option the scale model predicts the highest gain for (it may differ from C14's pick)."""
+        usable = [o for o in self.options if o.not_applicable is None] or list(self.options)
+        return max(usable, key=lambda o: o.predicted_gain).technique
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"where": self.where, "series": dict(self.series), "regime": self.regime,
+                "description": self.description, "pick": self.pick, "predicted_best": self.predicted_best,
+                "reason": self.reason, "link": self.link,
+                "figures": [f.as_dict() for f in self.figures], "options": [o.as_dict() for o in self.options],
+                "thresholds": dict(self.thresholds)}
+
+
+def _predict(measured: Measured, link: LinkEstimate, mode: str) -> Prediction:
+    params = measured.grad_bytes / GRAD_ELEM_BYTES
+    # Buckets of equal size, as many as the run had: keeps both what the latency term counts
+    # (buckets) and what the byte term counts (bytes); DDP never splits a parameter, predict_step may.
+    bucket = math.ceil(params / len(measured.layout)) * GRAD_ELEM_BYTES
+    return predict_step(params, platform=link.platform, nodes=measured.nodes, ranks_per_node=measured.ranks_per_node,
+                        mode=mode, compute_s=measured.compute_s / measured.syncs_per_step,
+                        overlap_share=measured.overlap_share, bucket_bytes=bucket, first_bucket_bytes=0,
+                        grad_bytes_per_param=GRAD_ELEM_BYTES, plain_fraction=measured.plain_fraction,
+                        intra_via_allreduce=measured.backend != "nccl")
+
+
+def options(measured: Measured, link: LinkEstimate) -> tuple[Prediction, list[Option]]:
+    """The baseline's prediction and every technique's predicted gain over it."""
+    base = _predict(measured, link, BASELINE_MODE)
+    out = []
+    for name in TECHNIQUES:
+        tech = TECHNIQUES.get(name)
+        pred = _predict(measured, link, tech.mode)
+        unit = pred.step_s / tech.units
+        out.append(Option(name, tech.advice, unit, base.step_s / unit, tech.not_applicable(measured),
+                          {**pred.inputs, "platform_link": link.how,
+                           "codec_time": "not modelled (an upper bound of the gain)"}))
+    return base, out
+
+
+def advise_measured(measured: Measured, link: LinkEstimate, *, where: str,
+                    thresholds: Thresholds = THRESHOLDS) -> Advice:
+    """The advice for figures already measured (:func:`advise` reads them from records)."""
+    latency, byte = terms(measured, link.platform)
+    decided: Classification = classify(measured, latency, byte, link.how, thresholds)
+    base, opts = options(measured, link)
+    unit = measured.step_s / measured.syncs_per_step
+    model_check = Figure("predicted baseline per synchronisation", base.step_s, "s",
+                         f"scale model on the {link.how} link; measured {unit:.4g} s, residual "
+                         f"{residuals([base.step_s], [unit])[0]:+.0%}")
+    return Advice(where=where, series=dict(measured.series), regime=decided.regime.name,
+                  description=decided.regime.description, pick=decided.regime.technique, reason=decided.reason,
+                  figures=(*measured.figures(), *link.figures, *decided.figures, model_check), options=tuple(opts),
+                  thresholds=thresholds.as_dict(), link=link.how)
+
+
+def advise(records: Any, *, series: Mapping[str, Any] | None = None, where: str = "the records",
+           thresholds: Thresholds = THRESHOLDS) -> Advice:
+    """C14's advice for the one series of ``records`` (that matches ``series``, when given).
+
+    Args:
+        records: rows of the one results schema (one launch).
+        series: labels selecting a series when the records hold several (a subset of its labels).
+        where: names the records in messages (a task folder, a file).
+        thresholds: see :class:`~hpcbench.advise.thresholds.Thresholds`.
+
+    Returns:
+        The :class:`Advice`.
+
+    Raises:
+        AdviceError: no series, several series (listed: pass ``series``), or a series that lacks
+            a figure the advice needs (named).
+    """
+    found = find_series(records)
+    if series:
+        found = [s for s in found if all(s.get(k) == v for k, v in series.items())]
+    if not found:
+        wanted = f" matching {describe_series(series)}" if series else ""
+        raise AdviceError(f"{where}: no series{wanted} with 'step_time' records both with communication "
+                          f"(comm=mode) and under the no-op hook (comm=noop); the advisor needs both")
+    if len(found) > 1:
+        listed = "; ".join(describe_series(s) for s in found)
+        raise AdviceError(f"{where}: {len(found)} series ({listed}); choose one (series=...)")
+    measured = measure(records, found[0], where=where)
+    return advise_measured(measured, link_of(records, measured, where=where), where=where, thresholds=thresholds)
+
+
+def advise_all(records: Any, *, where: str, thresholds: Thresholds = THRESHOLDS) -> tuple[list[Advice], list[str]]:
+    """An advice for every usable series of one launch's records, and why the others were not usable."""
+    advices, problems = [], []
+    found = find_series(records)
+    if not found:
+        return [], [f"{where}: no series with 'step_time' records both with communication (comm=mode) and under "
+                    f"the no-op hook (comm=noop)"]
+    for s in found:
+        try:
+            advices.append(advise(records, series=s, where=where, thresholds=thresholds))
+        except AdviceError as exc:
+            problems.append(str(exc))
+    return advices, problems
+
+
+def advise_run(run_dir: str | Path, *, task: str | None = None,
+               thresholds: Thresholds = THRESHOLDS) -> list[Advice]:
+    """Advice for every task (and series) of a run folder written by ``hpcbench run`` / ``hpcbench suite``.
+
+    Args:
+        run_dir: the run folder (``run.json``, ``suite.json``, ``tasks/<id>/records/*.parquet``).
+        task: only this task id.
+
+    Raises:
+        HpcbenchError: not a run folder (naming the file at fault); AdviceError: no task (or not
+            ``task``) has usable records, with each task's reason.
+    """
+    import pandas as pd
+
+    from hpcbench.core.results import find_record_files, read_records
+    from hpcbench.run.rundir import load_run, read_statuses
+
+    run_dir = Path(run_dir)
+    load_run(run_dir)  # refuses a folder that is not a run, naming what is missing
+    statuses = {s.task_id: s for s in read_statuses(run_dir)}
+    task_dirs = sorted(p for p in (run_dir / "tasks").glob("*") if p.is_dir())
+    if task is not None:
+        task_dirs = [p for p in task_dirs if p.name == task]
+        if not task_dirs:
+            known = ", ".join(sorted(statuses)) or "(none)"
+            raise AdviceError(f"{run_dir}: no task {task!r}; tasks: {known}")
+    advices: list[Advice] = []
+    problems: list[str] = []
+    for folder in task_dirs:
+        files = find_record_files(folder / "records")
+        state = statuses[folder.name].state if folder.name in statuses else "unknown"
+        if not files:
+            problems.append(f"{folder}: no records (task {state})")
+            continue
+        records = pd.concat([read_records(p) for p in files], ignore_index=True)
+        found, why = advise_all(records, where=f"{folder} (task {state})", thresholds=thresholds)
+        advices += found
+        problems += why
+    if not advices:
+        detail = "; ".join(problems) or f"{run_dir / 'tasks'} holds no task folder"
+        raise AdviceError(f"{run_dir}: nothing the advisor can use: {detail}")
+    return advices
+
+
+def _value(f: Figure) -> str:
+    if f.unit == "fraction":
+        return f"{f.value:.1%}"
+    if f.unit in ("s", "B", "B/s", "bit/s"):
+        return f"{f.value:.4g} {f.unit}"
+    return f"{f.value:.4g}{(' ' + f.unit) if f.unit else ''}"
+
+
+def format_advice(advices: list[Advice]) -> str:
+    """A readable text table per advice: the regime and pick, the figures with sources, every option."""
+    from hpcbench.advise.classify import REGIMES
+
+    blocks = []
+    for a in advices:
+        lines = [a.where, f"  series: {describe_series(a.series)}",
+                 f"  regime: {a.description} -> {REGIMES.get(a.regime).advice} ({a.pick})", f"  why: {a.reason}",
+                 "  thresholds: " + ", ".join(f"{k} {v:g}" for k, v in a.thresholds.items()), "  figures:"]
+        width = max(len(f.name) for f in a.figures)
+        for f in a.figures:
+            lines.append(f"    {f.name:<{width}}  {_value(f):>14}  {f.source}")
+        lines.append(f"  options (scale model on the {a.link} link; gain = baseline time per unit / the option's):")
+        lines.append(f"    {'':2}{'technique':<13} {'predicted gain':>14}  advice")
+        for o in a.options:
+            mark = "->" if o.technique == a.pick else ""
+            note = f"  (not applicable: {o.not_applicable})" if o.not_applicable else ""
+            lines.append(f"    {mark:2}{o.technique:<13} {o.predicted_gain:>13.3g}x  {o.advice}{note}")
+        best = a.predicted_best
+        lines.append(f"  the scale model's best option: {best}" + (" (C14's pick)" if best == a.pick else
+                                                                    f" (C14's order picks {a.pick})"))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def advice_json(advices: list[Advice]) -> str:
+    """The advices as JSON (one object per advice, in a list)."""
+    return json.dumps([a.as_dict() for a in advices], indent=2, default=str)
+
+
+__all__ = ["Advice", "OVERLAP_MICRO_STEPS", "Option", "TECHNIQUES", "Technique", "advice_json", "advise",
+           "advise_all", "advise_measured", "advise_run", "format_advice", "options"]

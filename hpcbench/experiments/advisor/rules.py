@@ -1,0 +1,188 @@
+"""Verdict rule of ``advisor``: C14 (the priority of communication optimisations).
+
+Fixed here from the claim's words before any value was looked at. C14: "if bandwidth-bound use
+gradient compression, else if latency-sensitive use topology optimisation, else overlap
+computation and communication". The advisor (:mod:`hpcbench.advise`) applies that order to
+each regime's **baseline** records; the rule asks whether the technique it picks is the one
+that then measures best.
+
+Per strict launch group (same parameters and facts, :func:`~hpcbench.report.rulekit.launch_groups`)
+and per regime:
+
+* **the advisor's pick** — the most frequent pick over the launches (a tie: no pick);
+* **each technique's gain** — the baseline's time per sample over the technique's, paired per
+  launch (:func:`~hpcbench.report.verdict.paired_ratio`, 95 % interval; shown);
+* **the measured best** — the technique with the highest gain, *distinguishable* only where its
+  paired ratio over every other technique (the other's time per sample / its own) lies above 1:
+  the paired form of "its interval lies above every other's" (two gain intervals can overlap
+  while the paired difference is clear, because launch-to-launch noise is shared). These
+  pairwise comparisons of all groups and regimes form one family, Holm-corrected
+  (:func:`~hpcbench.report.verdict.judge_family`); fewer than 5 launches x 10 steps leave
+  them inconclusive (n = ...);
+* **agree** — pick == measured best, counted only where the best is distinguishable.
+
+Measured: the regimes that agree, out of the regimes where a best was distinguishable, with the
+intervals. **Reproduced** when every regime of the three (bandwidth, latency, compute) has a
+distinguishable best and agrees; **not reproduced** when a distinguishable best disagrees with the
+pick; **inconclusive** otherwise. Applicability, from recorded facts only: the regimes differ by
+their link, so the run needs a real inter-node link
+(:func:`~hpcbench.report.rulekit.slow_link_problem`) and a phase whose link was not shaped for
+it (``shaped`` False) does not count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES, TECHNIQUES
+from hpcbench.guide.claims import Claim
+from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, paired_samples
+from hpcbench.report.rulekit import in_group, launch_groups, slow_link_problem
+from hpcbench.report.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, Reference,
+                                     judge_family, paired_bootstrap, paired_ratio)
+
+#: "Faster than the other technique": the paired ratio (other's time per sample / this one's) above 1.
+FASTER = Reference(1.0, lower=1.0, unit="x", source="C14's measured best: faster per sample than every other "
+                                                    "technique, paired per launch")
+
+
+@dataclass
+class RegimeResult:
+    """One regime of one launch group: the pick, every gain, the measured best and whether they agree."""
+
+    group: str
+    regime: str
+    pick: str | None
+    picks: dict[str, int]
+    gains: dict[str, Interval]
+    best: str | None = None
+    """the technique with the highest gain (a candidate until ``distinguishable``)"""
+    versus: list[tuple[str, Outcome]] = field(default_factory=list)
+    """(other technique, outcome of best over it)"""
+    not_applicable: str | None = None
+
+    @property
+    def distinguishable(self) -> bool:
+        return (self.not_applicable is None and bool(self.versus)
+                and all(o.verdict == REPRODUCED for _, o in self.versus))
+
+    @property
+    def agree(self) -> bool | None:
+        """pick == best where the best is distinguishable, else None (not counted)."""
+        if not self.distinguishable:
+            return None
+        return self.pick == self.best
+
+    def describe(self) -> str:
+        picks = ", ".join(f"{p} {n}" for p, n in sorted(self.picks.items())) or "none"
+        gains = ", ".join(f"{t} {i.describe()}" for t, i in self.gains.items())
+        if self.not_applicable:
+            end = f"not applicable: {self.not_applicable}"
+        elif self.distinguishable:
+            end = f"best {self.best} (distinguishable) -> {'agrees' if self.agree else 'DISAGREES'}"
+        else:
+            end = f"no distinguishable best (highest: {self.best or '-'})"
+        return f"{self.regime}: advisor's pick {self.pick or 'none'} (launches: {picks}); gains {gains}; {end}"
+
+
+def _pick(rows: pd.DataFrame) -> tuple[str | None, dict[str, int]]:
+    """The most frequent pick over the launches' baseline rows (None on a tie or without any)."""
+    counts = Counter(p for p in rows["pick"] if isinstance(p, str) and p)
+    if not counts:
+        return None, {}
+    (top, n), *rest = counts.most_common()
+    return (None if rest and rest[0][1] == n else top), dict(counts)
+
+
+def regime_results(evidence: Evidence) -> tuple[list[RegimeResult], list[tuple[RegimeResult, str, list, list]]]:
+    """Every (group, regime)'s pick and gains, and the pairwise comparisons still to be judged as one family."""
+    results, family = [], []
+    for group_text, launches in launch_groups(evidence):
+        why_not = slow_link_problem(launches.iloc[0])
+        s = in_group(evidence.summaries, launches)
+        for regime in [r for r in REGIME_NAMES if (s["regime"] == r).any()]:
+            mine = s[s["regime"] == regime]
+            pick, picks = _pick(mine[mine["technique"] == BASELINE])
+            gains: dict[str, Interval] = {}
+            for t in TECHNIQUES:
+                nums, dens, _ = paired_samples(mine, {"technique": BASELINE}, {"technique": t})
+                if nums:
+                    gains[t] = paired_ratio(nums, dens)
+            unshaped = "shaped" in mine.columns and (mine["shaped"] == False).any()  # noqa: E712 - None: unknown
+            r = RegimeResult(group_text, regime, pick, picks, gains,
+                             not_applicable=why_not or ("the link was not shaped for this phase" if unshaped
+                                                        else None))
+            ranked = sorted((i.estimate, t) for t, i in gains.items() if pd.notna(i.estimate))
+            if ranked:
+                r.best = ranked[-1][1]
+                for other in (t for _, t in ranked[:-1]):
+                    nums, dens, _ = paired_samples(mine, {"technique": other}, {"technique": r.best})
+                    family.append((r, other, nums, dens))
+            results.append(r)
+    return results, family
+
+
+def judge_regimes(evidence: Evidence) -> list[RegimeResult]:
+    """:func:`regime_results` with every pairwise comparison judged, Holm-corrected as one family."""
+    results, family = regime_results(evidence)
+    if family:
+        boots = [paired_bootstrap(n, d) for _, _, n, d in family]
+        outcomes = judge_family([b.interval for b in boots], [b.pvalues(FASTER) for b in boots],
+                                [FASTER] * len(boots))
+        for (r, other, _, _), outcome in zip(family, outcomes):
+            r.versus.append((other, outcome))
+    return results
+
+
+def c14_verdict(results: list[RegimeResult]) -> str:
+    """Reproduced: all three regimes distinguishable and agreeing in every group; not reproduced: any
+    distinguishable best disagrees; inconclusive otherwise."""
+    applicable = [r for r in results if r.not_applicable is None]
+    if any(r.agree is False for r in applicable):
+        return NOT_REPRODUCED
+    groups = {r.group for r in applicable}
+    if groups and all({r.regime for r in applicable if r.group == g and r.agree} == set(REGIME_NAMES)
+                      for g in groups):
+        return REPRODUCED
+    return INCONCLUSIVE
+
+
+def rule_c14(claim: Claim, evidence: Evidence) -> Judgement:
+    """C14: in how many regimes the advisor's pick (the guide's order) is the technique that measures best."""
+    what = ("Per regime (a slow link, tiny buckets, a compute-heavy step), the advisor classifies the baseline's "
+            "records (C14's order: bandwidth-bound -> gradient compression, latency-sensitive -> topology "
+            "optimisation, else overlap); each technique's gain is the baseline's time per sample over its own, "
+            "paired per launch; the measured best is the technique faster than every other (paired, "
+            "Holm-corrected over all regimes); agreement counts only where that best is distinguishable. "
+            "Reproduced when all three regimes agree, not reproduced when a distinguishable best disagrees.")
+    results = judge_regimes(evidence)
+    if not results:
+        return Judgement(INCONCLUSIVE, NO_VALUE, f"{what} No launch measured a regime." + evidence.excluded_note())
+    counted = [r for r in results if r.agree is not None]
+    agreeing = [r for r in counted if r.agree]
+    several = len({r.group for r in results}) > 1
+    parts = [(f"[{r.group}] " if several else "") + r.describe() for r in results]
+    measured = (f"{len(agreeing)} of {len(counted)} regime(s) with a distinguishable best agree with the advisor's "
+                f"pick (of {len(results)} regime(s)); " + "; ".join(parts))
+    outcomes, labels = [], []
+    for r in results:
+        for other, o in r.versus:
+            if r.not_applicable:
+                o = Outcome(INCONCLUSIVE, o.interval, o.reference, f"not applicable: {r.not_applicable}")
+            outcomes.append(o)
+            labels.append((f"{r.group}: " if several else "") + f"{r.regime}: {r.best} over {other}")
+    detail = what
+    reasons = sorted({r.not_applicable for r in results if r.not_applicable})
+    if reasons:
+        detail += f" Not applicable: {reasons[0]}."
+    short = [o.why for o in outcomes if o.why.startswith("n = ")]
+    if short:
+        detail += f" Too little data: {short[0]}."
+    detail += evidence.excluded_note()
+    return Judgement(c14_verdict(results), measured, detail, tuple(outcomes), tuple(labels))
+
+
+RULES = {"C14": rule_c14}
