@@ -203,3 +203,21 @@ def test_demo_node_local_tasks_as_one_array_job_with_per_node_rows(slurm_env, tm
     html = build_report([run_dir], tmp_path / "report", progress=lambda _: None).read_text()
     table = re.search(r'<table[^>]*id="collectives-per-node".*?</table>', html, re.S).group(0)
     assert re.search(r"<td[^>]*>n1</td>", table) and re.search(r"<td[^>]*>n2</td>", table)
+
+
+def test_jobs_1_runs_one_task_at_a_time_multi_node_jobs_included(slurm_env, tmp_path):
+    # Two node-local tasks (one array) and a 2-node task: with --jobs 1 each job waits for the one before.
+    suite = parse_suite({"name": "serial", "tasks": [
+        {"experiment": "environment", "variants": {"one_a": {}, "one_b": {}}},
+        {"experiment": "collectives", "variants": {
+            "two": {"nodes": 2, "ranks_per_node": 1, "ops": "all_reduce", "max_bytes": "1K", "iters": 2}}}]})
+    run_dir = tmp_path / "run"
+    statuses = run_suite(suite, run_dir, backend="slurm", jobs=1, progress=False)
+    assert all(s.state == "done" for s in statuses), [s.error for s in statuses]
+    array = next((run_dir / "slurm").glob("array-*.sbatch")).read_text()
+    multi = next((run_dir / "slurm").glob("collectives.two*.sbatch")).read_text()
+    array_job = next(s.job_id for s in statuses if s.variant == "one_a").split("_")[0]
+    assert "--array=0-1%1" in array and "--dependency" not in array
+    assert f"#SBATCH --dependency=afterany:{array_job}" in multi
+    spans = sorted((s.started, s.finished) for s in statuses)
+    assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:])), spans  # no two tasks overlap

@@ -234,6 +234,16 @@ class SlurmBackend(Backend):
             (multi if exp.resources(exp.config.from_dict(t.params)).nodes > 1 else local).append(t)
         base = {"run_dir": shlex.quote(str(run_dir)), "log_dir": shlex.quote(str(log_dir)),
                 "python": shlex.quote(sys.executable), "directives": sbatch_directives(options)}
+        # --jobs 1 means one task at a time on the whole cluster, multi-node jobs included: the array's %1
+        # serialises its elements, and each later job starts after the one submitted before it ends
+        # (afterany). Without the chain a 2-node job runs beside an array element or another 2-node job
+        # wherever the cluster has free nodes, and on nodes that share cores they measure each other.
+        previous: str | None = None
+
+        def after(job: str | None) -> str:
+            chain = f"#SBATCH --dependency=afterany:{job}" if jobs == 1 and job else ""
+            return "\n".join(line for line in (base["directives"], chain) if line)
+
         submitted: dict[str, str] = {}  # task id -> job id
         logs: dict[str, str] = {}
         if ctx.stop.requested:
@@ -244,9 +254,9 @@ class SlurmBackend(Backend):
             name = _job_name(suite, "array")
             script = slurm_dir / f"array-{attempt}.sbatch"
             script.write_text(render_template("array.sbatch.template", {
-                **base, "job_name": name, "last_index": str(len(local) - 1),
+                **base, "directives": after(previous), "job_name": name, "last_index": str(len(local) - 1),
                 "concurrency": f"%{jobs}" if jobs else "", "manifest": shlex.quote(str(manifest))}))
-            job = self._submit(script)
+            job = previous = self._submit(script)
             ctx.stop.cancel_commands.append(["scancel", job])
             for i, t in enumerate(local):
                 submitted[t.task_id] = f"{job}_{i}"
@@ -259,9 +269,9 @@ class SlurmBackend(Backend):
             name = _job_name(suite, t.task_id)
             script = slurm_dir / f"{t.task_id}-{attempt}.sbatch"
             script.write_text(render_template("multinode.sbatch.template", {
-                **base, "job_name": name, "nodes": str(nodes), "index": "0",
+                **base, "directives": after(previous), "job_name": name, "nodes": str(nodes), "index": "0",
                 "manifest": shlex.quote(str(manifest))}))
-            job = self._submit(script)
+            job = previous = self._submit(script)
             ctx.stop.cancel_commands.append(["scancel", job])
             submitted[t.task_id] = job
             logs[t.task_id] = str(log_dir / f"{name}-{job}.out")
