@@ -41,3 +41,29 @@ def emulated_cluster():
         yield cluster_up(spec)
     finally:
         cluster_down(spec.state_dir)
+
+
+def run_task_on_cluster(cluster, run_dir, experiment: str, params: dict):
+    """One task of ``experiment`` run on ``cluster`` through the SLURM backend: (its status, all its records).
+
+    The cluster's SLURM environment is set for the run and put back afterwards; a task that did not
+    finish fails the calling test with its error.
+    """
+    import os
+
+    import pandas as pd
+
+    from hpcbench.core.results import find_record_files, read_records
+    from hpcbench.run.runner import run_suite
+    from hpcbench.run.suite import parse_suite
+
+    saved = {k: os.environ.get(k) for k in cluster.env()}
+    os.environ.update(cluster.env())
+    try:
+        suite = parse_suite({"name": experiment[:1], "tasks": [{"experiment": experiment, "params": params}]})
+        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert status.state == "done", status.error
+    return status, pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)

@@ -17,12 +17,10 @@ import os
 import subprocess
 
 import nbformat
-import pandas as pd
 import pytest
-from cluster_fixtures import require_cluster_prerequisites
+from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 from conftest import execute_notebook
 
-from hpcbench.core.results import find_record_files, read_records
 from hpcbench.experiments.advisor.config import REGIME_NAMES, TECHNIQUES, AdvisorConfig
 from hpcbench.experiments.advisor.summary import summarize, verify_records
 
@@ -82,22 +80,9 @@ def test_local_notebook_shows_the_advice_table_plot_and_an_inconclusive_verdict(
 
 @pytest.fixture(scope="module")
 def cluster_run(emulated_cluster, tmp_path_factory):
-    from hpcbench.run.runner import run_suite
-    from hpcbench.run.suite import parse_suite
-
     require_cluster_prerequisites()
-    saved = {k: os.environ.get(k) for k in emulated_cluster.env()}
-    os.environ.update(emulated_cluster.env())
-    try:
-        run_dir = tmp_path_factory.mktemp("advisor") / "run"
-        suite = parse_suite({"name": "a", "tasks": [{"experiment": "advisor",
-                                                     "params": {**TINY, "bandwidth_link_rate": SLOW}}]})
-        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    assert status.state == "done", status.error
-    df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
+    run_dir = tmp_path_factory.mktemp("advisor") / "run"
+    _, df = run_task_on_cluster(emulated_cluster, run_dir, "advisor", {**TINY, "bandwidth_link_rate": SLOW})
     return df, run_dir, emulated_cluster
 
 

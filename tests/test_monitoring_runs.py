@@ -12,16 +12,12 @@ import subprocess
 from pathlib import Path
 
 import nbformat
-import pandas as pd
 import pytest
+from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 
-from cluster_fixtures import require_cluster_prerequisites
 from hpcbench.cluster.node_faults import BLKIO_ROOT, CGROUP_PREFIX
-from hpcbench.core.results import find_record_files, read_records
 from hpcbench.experiments.monitoring.config import FAULTS, MonitoringConfig
 from hpcbench.experiments.monitoring.summary import summarize, verify_records
-from hpcbench.run.runner import run_suite
-from hpcbench.run.suite import parse_suite
 
 #: Every fault, 4 s each at 2 Hz: ~8 samples per phase, enough for a 3-sample alert; ~100 s in all.
 SHORT = dict(phase_s=4.0, interval_s=0.5, min_steps=4, warmup_steps=1)
@@ -30,19 +26,8 @@ SHORT = dict(phase_s=4.0, interval_s=0.5, min_steps=4, warmup_steps=1)
 @pytest.fixture(scope="module")
 def cluster_run(emulated_cluster, tmp_path_factory):
     require_cluster_prerequisites()
-    import os
-
-    saved = {k: os.environ.get(k) for k in emulated_cluster.env()}
-    os.environ.update(emulated_cluster.env())
-    try:
-        run_dir = tmp_path_factory.mktemp("monitoring") / "run"
-        suite = parse_suite({"name": "m", "tasks": [{"experiment": "monitoring", "params": SHORT}]})
-        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    assert status.state == "done", status.error
-    df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
+    run_dir = tmp_path_factory.mktemp("monitoring") / "run"
+    _, df = run_task_on_cluster(emulated_cluster, run_dir, "monitoring", SHORT)
     return df, run_dir, emulated_cluster
 
 

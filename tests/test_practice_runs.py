@@ -20,15 +20,13 @@ import time
 from pathlib import Path
 
 import nbformat
-import pandas as pd
 import pytest
-from cluster_fixtures import require_cluster_prerequisites
+from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 from conftest import execute_notebook, missing
 
 from hpcbench.cluster.node_faults import (BLKIO_ROOT, CGROUP_PREFIX, CPU_CGROUP_PREFIX, CPU_ROOT, CpuQuota, LinkFlap,
                                           NodeFaultError, ThreadHungryNeighbour, allowed_cpus, cgroup_v1_of,
                                           cpu_quota_problem, node_link)
-from hpcbench.core.results import find_record_files, read_records
 from hpcbench.experiments.practice.config import PracticeConfig
 from hpcbench.experiments.practice.summary import summarize, verify_records
 
@@ -70,23 +68,11 @@ def test_notebook_runs_on_one_machine_with_the_faults_that_need_no_cluster(tmp_p
 @pytest.fixture(scope="module")
 def cluster_run(emulated_cluster, tmp_path_factory):
     require_cluster_prerequisites()
-    from hpcbench.run.runner import run_suite
-    from hpcbench.run.suite import parse_suite
-
-    saved = {k: os.environ.get(k) for k in emulated_cluster.env()}
-    os.environ.update(emulated_cluster.env())
-    try:
-        run_dir = tmp_path_factory.mktemp("practice") / "run"
-        # 330 KB block reads at 1 MB/s: ~0.3 s each under slow_storage
-        params = {"faults": CLUSTER_FAULTS, "phase_s": 2.0, "min_steps": 5, "warmup_steps": 1, "batch_size": 4,
-                  "storage_read_bps": 1_000_000}
-        suite = parse_suite({"name": "p", "tasks": [{"experiment": "practice", "params": params}]})
-        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    assert status.state == "done", status.error
-    df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
+    run_dir = tmp_path_factory.mktemp("practice") / "run"
+    # 330 KB block reads at 1 MB/s: ~0.3 s each under slow_storage
+    params = {"faults": CLUSTER_FAULTS, "phase_s": 2.0, "min_steps": 5, "warmup_steps": 1, "batch_size": 4,
+              "storage_read_bps": 1_000_000}
+    _, df = run_task_on_cluster(emulated_cluster, run_dir, "practice", params)
     return df, run_dir, emulated_cluster
 
 

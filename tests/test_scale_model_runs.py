@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 
 import nbformat
-import pandas as pd
 import pytest
-from cluster_fixtures import SESSION_STATE_DIR, require_cluster_prerequisites
+from cluster_fixtures import SESSION_STATE_DIR, require_cluster_prerequisites, run_task_on_cluster
 from conftest import execute_notebook
 
 from hpcbench.cluster.network import parse_rate
-from hpcbench.core.results import find_record_files, read_records
 from hpcbench.experiments.scale_model.config import UNSHAPED, ScaleModelConfig
 from hpcbench.experiments.scale_model.summary import summarize, verify_records
 from hpcbench.experiments.scale_model.worker import NO_CLUSTER
@@ -59,23 +56,11 @@ def test_notebook_runs_one_unshaped_phase_without_the_cluster(tmp_path, monkeypa
 @pytest.fixture(scope="module")
 def cluster_run(emulated_cluster, tmp_path_factory):
     require_cluster_prerequisites()
-    from hpcbench.run.runner import run_suite
-    from hpcbench.run.suite import parse_suite
-
-    saved = {k: os.environ.get(k) for k in emulated_cluster.env()}
-    os.environ.update(emulated_cluster.env())
     # 16 KiB .. 1 MiB: the two largest sizes exceed the links' token bucket (128 KiB), so the rate shows
     params = {**TINY, "link_rates": ["200mbit", "100mbit"], "modes": ["ddp", "hierarchical"], "ops": ["all_reduce"],
               "min_bytes": 16384, "max_bytes": 1 << 20}
-    try:
-        run_dir = tmp_path_factory.mktemp("scale_model") / "run"
-        suite = parse_suite({"name": "s", "tasks": [{"experiment": "scale_model", "params": params}]})
-        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    assert status.state == "done", status.error
-    df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
+    run_dir = tmp_path_factory.mktemp("scale_model") / "run"
+    _, df = run_task_on_cluster(emulated_cluster, run_dir, "scale_model", params)
     return df, run_dir, params
 
 

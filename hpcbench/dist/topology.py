@@ -122,3 +122,16 @@ class Topology:
 
 
 GROUP_KINDS = ("world", "intra_node", "inter_node")
+
+
+def gather_node_pids(topo: Topology) -> list[tuple[str, int]]:
+    """(node name, pid) of every rank, in rank order, the same list on every rank (a collective call).
+
+    What a rank needs to act on the processes of a node (move them into a cgroup, pin busy
+    processes next to them): torch.distributed must be initialised.
+    """
+    import torch.distributed as dist
+
+    out: list = [None] * topo.world_size
+    dist.all_gather_object(out, (topo.node_name, os.getpid()))
+    return [tuple(x) for x in out]

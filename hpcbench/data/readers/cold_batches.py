@@ -89,4 +89,15 @@ class ColdWeatherBatches:
         return torch.stack(xs), torch.stack(ys)
 
 
-__all__ = ["ColdWeatherBatches", "SHARDS", "STEPS_PER_SHARD", "prepare_weather_data"]
+
+
+def data_folder_of(records_file: str | os.PathLike) -> Path:
+    """``<task dir>/data``, from one of the task's records files (``<task dir>/records/<name>.parquet``).
+
+    The ranks find the data set :func:`prepare_weather_data` made next to their records, so the
+    config stays the task's own.
+    """
+    return Path(records_file).parent.parent / "data"
+
+
+__all__ = ["ColdWeatherBatches", "SHARDS", "STEPS_PER_SHARD", "data_folder_of", "prepare_weather_data"]

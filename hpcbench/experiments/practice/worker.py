@@ -24,12 +24,11 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 from hpcbench.core.results import RecordWriter
-from hpcbench.data.readers.cold_batches import ColdWeatherBatches, prepare_weather_data
-from hpcbench.dist.topology import Topology
+from hpcbench.data.readers.cold_batches import ColdWeatherBatches, data_folder_of, prepare_weather_data
+from hpcbench.dist.topology import Topology, gather_node_pids
 from hpcbench.experiments.practice.config import NO_FAULT, PracticeConfig
 
 
@@ -42,20 +41,6 @@ def launch_practice(task: Any):
     """Make the data set in the driver, then run :func:`run_worker` on the task's ranks."""
     prepare_data(task.config, task.out_dir)
     return task.launch(run_worker)
-
-
-def _data_folder(writer: RecordWriter) -> Path:
-    """``out_dir/data``: the ranks find the data set next to their records."""
-    return Path(writer.path).parent.parent / "data"
-
-
-def _gather_pids(topo: Topology) -> list[tuple[str, int]]:
-    """(node, pid) of every rank, in rank order (the same list on every rank)."""
-    import torch.distributed as dist
-
-    out: list[Any] = [None] * topo.world_size
-    dist.all_gather_object(out, (topo.node_name, os.getpid()))
-    return [tuple(x) for x in out]
 
 
 @contextlib.contextmanager
@@ -139,10 +124,10 @@ def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> Non
 
     rank = rank_setup(cfg, topo)
     device = rank.device
-    ranks = _gather_pids(topo)
+    ranks = gather_node_pids(topo)
     target = ranks[-1][0]                                   # the last node gets the faults
     node = topo.node_name
-    site = FaultSite(cfg, target, [pid for n, pid in ranks if n == target], _data_folder(writer))
+    site = FaultSite(cfg, target, [pid for n, pid in ranks if n == target], data_folder_of(writer.path))
     injector = node == target and topo.local_rank == 0
     if rank.lead:
         writer.add("topology", None, "", text=topo.describe(),
