@@ -377,6 +377,20 @@ def move_back(origin: dict[int, str], root: Path, controller: str, log) -> None:
     origin.clear()
 
 
+def remove_cgroup(cgroup: Path, root: Path, log) -> None:
+    """Remove ``cgroup`` if it exists, first moving any process still in it to ``root``."""
+    if not cgroup.exists():
+        return
+    # Threads a moved process started while inside stay there: move any leftover out first.
+    for pid in (cgroup / "cgroup.procs").read_text().split():
+        try:
+            (root / "cgroup.procs").write_text(f"{pid}\n")
+        except OSError:
+            pass
+    cgroup.rmdir()
+    log.actions.append(f"removed {cgroup}")
+
+
 class SlowStorage(NodeFault):
     """Reads from the disk holding ``path`` throttled for the processes ``pids`` (a node's ranks).
 
@@ -427,15 +441,7 @@ class SlowStorage(NodeFault):
                 parts = line.split()
                 if len(parts) == 3 and parts[0] == self.device and parts[1] == "Read":
                     self.log.counters["read_bytes"] = float(parts[2])
-        if self.cgroup.exists():
-            # Threads a moved process started while inside stay; move any leftover out first.
-            for pid in (self.cgroup / "cgroup.procs").read_text().split():
-                try:
-                    (BLKIO_ROOT / "cgroup.procs").write_text(f"{pid}\n")
-                except OSError:
-                    pass
-            self.cgroup.rmdir()
-            self.log.actions.append(f"removed {self.cgroup}")
+        remove_cgroup(self.cgroup, BLKIO_ROOT, self.log)
 
 
 # -- CPU ----------------------------------------------------------------------------------
@@ -594,15 +600,7 @@ class CpuQuota(NodeFault):
                 name, _, value = line.partition(" ")
                 if name in ("nr_periods", "nr_throttled", "throttled_time") and value.strip().isdigit():
                     self.log.counters[name] = float(value)
-        if self.cgroup.exists():
-            # threads a moved process started while inside stay there: move any leftover out first
-            for pid in (self.cgroup / "cgroup.procs").read_text().split():
-                try:
-                    (CPU_ROOT / "cgroup.procs").write_text(f"{pid}\n")
-                except OSError:
-                    pass
-            self.cgroup.rmdir()
-            self.log.actions.append(f"removed {self.cgroup}")
+        remove_cgroup(self.cgroup, CPU_ROOT, self.log)
 
 
 class ThreadHungryNeighbour(NodeFault):

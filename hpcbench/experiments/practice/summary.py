@@ -18,34 +18,19 @@ Read by the notebook, the report and the C12 rule alike. A phase's row says:
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+from hpcbench.core.results import expand_labels
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.practice.config import NO_FAULT, PracticeConfig
+from hpcbench.report.ledger import launch_params
 
 EXPERIMENT = "practice"
 #: The rows the summary reads (the gate reads step_time, comm_time and read_time among them).
 METRICS = ("step_time", "comm_time", "read_time", "fault_injected", "fault_rank_part", "fault_tcp_retransmitted")
 #: Gate check name -> summary column.
 CHECK_COLUMNS = {"step_time_cv": "step_time_cv", "comm_share": "comm_share", "read_p99": "read_p99_s"}
-
-
-def _labels(value: Any) -> dict:
-    if isinstance(value, dict):
-        return value
-    try:
-        return json.loads(value or "{}")
-    except (TypeError, ValueError):
-        return {}
-
-
-def _params(records: Any) -> dict:
-    try:
-        return json.loads(records["params"].iloc[0]) if len(records) else {}
-    except (TypeError, ValueError, KeyError):
-        return {}
 
 
 def _injection(fault: str, g: Any) -> tuple[bool | None, str]:
@@ -71,11 +56,12 @@ def summarize(records: Any) -> Any:
     rows = rows[rows["metric"].isin(METRICS)]
     if rows.empty:
         return pd.DataFrame(columns=["fault", "injected", "caught", "gate_passed"])
-    order = list(_params(rows).get("faults") or [])
+    order = list(launch_params(rows["params"].iloc[0]).get("faults") or []) if "params" in rows.columns else []
     # the few columns read here and by the gate: every selection copies the rows, and the schema's strings are wide
     rows = rows[[c for c in ("metric", "value", "unit", "step", "rank", "labels", "text", "task_id", "repetition")
                  if c in rows.columns]]
-    rows = rows.assign(fault=rows["labels"].map(lambda lab: _labels(lab).get("fault")))
+    labels = expand_labels(rows[["labels"]])  # the one label parser; positional, its index is reset
+    rows = rows.assign(fault=labels["fault"].to_numpy() if "fault" in labels.columns else None)
     rows = rows[rows["fault"].notna()]
     faults = order + sorted(set(rows["fault"]) - set(order))
     base_step = math.nan
