@@ -1,12 +1,16 @@
-"""The verdict standard: intervals over launches, reference bands, three reachable outcomes, Holm."""
+"""The verdict standard: intervals over launches, reference bands, three reachable outcomes, Holm.
+
+The coverage tests at the end measure, by simulation with a known truth, how often each
+interval holds it (Hoefler & Belli, SC15: state the interval's coverage, do not assume it).
+"""
 
 import math
 
 import numpy as np
 import pytest
 
-from hpcbench.report.verdict import (Interval, Reference, bootstrap_pvalues, combine, gain_reference, holm, judge,
-                                     judge_family, paired_bootstrap, paired_ratio, single_value)
+from hpcbench.report.verdict import (Interval, Reference, clopper_pearson, combine, gain_reference, holm, judge,
+                                     judge_family, paired_comparison, paired_ratio, ratio_pvalues, single_value)
 
 
 def launches(center, n=6, steps=12, spread=0.02, seed=0):
@@ -82,14 +86,33 @@ def test_holm_family_is_stricter_than_its_members_alone():
     assert [o.verdict for o in outside] == ["not reproduced", "not reproduced"]
 
 
-def test_one_bootstrap_gives_the_interval_and_the_pvalues():
+def test_one_t_test_gives_the_interval_and_the_pvalues():
     nums, dens = launches(126.0, seed=0), launches(100.0, seed=10)
-    boot = paired_bootstrap(nums, dens)
-    assert boot.interval == paired_ratio(nums, dens)
+    comp = paired_comparison(nums, dens)
+    assert comp.interval == paired_ratio(nums, dens)
     ref = Reference(1.2, lower=1.2)
-    assert boot.pvalues(ref) == bootstrap_pvalues(nums, dens, ref)
+    assert comp.pvalues(ref) == ratio_pvalues(nums, dens, ref)
     # The interval's lower bound sits above the band's edge exactly when p_outside is small.
-    assert boot.interval.low > 1.2 and boot.pvalues(ref)[0] < 0.025
+    assert comp.interval.low > 1.2 and comp.pvalues(ref)[0] < 0.025
+
+
+@pytest.mark.parametrize("edge", ["low", "high"])
+def test_interval_bound_on_a_band_edge_is_p_of_one_side(edge):
+    """The interval and the p-values are one t test: a bound exactly on an edge is p = 0.025."""
+    comp = paired_comparison(launches(126.0, seed=0, spread=0.1), launches(100.0, seed=10, spread=0.1))
+    iv = comp.interval
+    inside = Reference(1.0, lower=iv.low) if edge == "low" else Reference(1.0, upper=iv.high)
+    assert comp.pvalues(inside)[0] == pytest.approx(0.025)
+    outside = Reference(1.0, upper=iv.low) if edge == "low" else Reference(1.0, lower=iv.high)
+    assert comp.pvalues(outside)[1] == pytest.approx(0.025)
+
+
+def test_two_sided_band_pvalues():
+    comp = paired_comparison(launches(100.0, seed=0), launches(100.0, seed=10))
+    p_out, p_in = comp.pvalues(Reference(1.0, lower=0.8, upper=1.25))
+    assert p_out < 0.001 and p_in > 0.99  # clearly inside on both sides
+    p_out, p_in = comp.pvalues(Reference(2.0, lower=1.8, upper=2.5))
+    assert p_out > 0.99 and p_in < 0.001  # clearly below the lower edge
 
 
 def test_single_value_interval():
@@ -107,6 +130,115 @@ def test_combine_needs_every_part():
     assert combine([yes, unsure]) == "inconclusive"
 
 
-def test_bootstrap_is_seeded_and_reproducible():
+def test_interval_is_deterministic():
     a, b = launches(150.0, seed=1), launches(100.0, seed=2)
     assert paired_ratio(a, b) == paired_ratio(a, b)
+
+
+def test_identical_launches_give_a_point_interval_and_sharp_pvalues():
+    same = [[2.0] * 10] * 5
+    comp = paired_comparison(same, [[1.0] * 10] * 5)
+    assert (comp.interval.low, comp.interval.estimate, comp.interval.high) == pytest.approx((2.0, 2.0, 2.0))
+    assert comp.pvalues(Reference(1.5, lower=1.5)) == (0.0, 1.0)
+    assert comp.pvalues(Reference(3.0, lower=3.0)) == (1.0, 0.0)
+
+
+# -- coverage, measured ------------------------------------------------------------------------
+#
+# Each setting draws DATASETS suites of n launches x STEPS steps of two arms whose true ratio is
+# known, through the real functions. A step's time is level x launch effect x step noise:
+#   shared:  a launch effect both arms see (the machine's state in that launch);
+#   arm:     a launch effect of each arm alone (the arms' own drifts inside a launch);
+#   step:    log-normal step noise, or 10 % outlier steps 3x slower, or heavy-tailed (t with 3 df);
+# each arm draws its own steps from the same law, so median(num) / median(den) is centred on the
+# truth on a log scale and any under-coverage is the interval's, not the simulation's.
+
+DATASETS = 2000
+STEPS = 10
+TRUE_RATIO = 1.5
+SETTINGS = {
+    "launch spread only": dict(shared=0.10, arm=0.05, step=0.0, tail=None),
+    "step noise only": dict(shared=0.0, arm=0.0, step=0.05, tail=None),
+    "launch and step noise": dict(shared=0.10, arm=0.04, step=0.05, tail=None),
+    "large launch spread": dict(shared=0.20, arm=0.15, step=0.05, tail=None),
+    "10 % outliers": dict(shared=0.05, arm=0.03, step=0.03, tail="outliers"),
+    "heavy-tailed steps": dict(shared=0.05, arm=0.03, step=0.05, tail="t3"),
+}
+
+
+def _steps(rng, n, s, shape):
+    if s["tail"] == "t3":
+        noise = np.exp(s["step"] * rng.standard_t(3, size=shape))
+    else:
+        noise = np.exp(s["step"] * rng.standard_normal(shape))
+    if s["tail"] == "outliers":
+        noise = np.where(rng.random(shape) < 0.10, 3.0 * noise, noise)
+    return noise
+
+
+def simulate(rng, n, s, ratio=TRUE_RATIO):
+    """(numerator launches, denominator launches) of one simulated suite with a true ratio ``ratio``."""
+    shared = np.exp(s["shared"] * rng.standard_normal((n, 1)))
+    num = ratio * shared * np.exp(s["arm"] * rng.standard_normal((n, 1))) * _steps(rng, n, s, (n, STEPS))
+    den = shared * np.exp(s["arm"] * rng.standard_normal((n, 1))) * _steps(rng, n, s, (n, STEPS))
+    return num, den
+
+
+@pytest.mark.parametrize("n", [5, 10])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_paired_ratio_interval_covers_95_percent(setting, n):
+    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 2015])
+    hits = 0
+    for _ in range(DATASETS):
+        num, den = simulate(rng, n, SETTINGS[setting])
+        iv = paired_ratio(num, den)
+        hits += iv.low <= TRUE_RATIO <= iv.high
+    coverage = hits / DATASETS
+    assert 0.93 <= coverage <= 0.97, f"{setting}, n = {n}: the 95 % interval covered the truth {coverage:.3f}"
+
+
+@pytest.mark.parametrize("n", [5, 10])
+@pytest.mark.parametrize("setting", ["launch and step noise", "10 % outliers", "heavy-tailed steps"])
+def test_truth_on_the_band_edge_is_reproduced_at_most_at_the_nominal_rate(setting, n):
+    """With the true ratio exactly on the lower edge, "reproduced" is a false positive: <= 2.5 % nominal."""
+    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 1979])
+    reference = gain_reference(TRUE_RATIO, "edge")  # lower edge 1.4
+    edge = reference.lower
+    single = family = 0
+    for _ in range(DATASETS):
+        num, den = simulate(rng, n, SETTINGS[setting], ratio=edge)
+        comp = paired_comparison(num, den)
+        single += judge(comp.interval, reference).verdict == "reproduced"
+        # A family of two such members, Holm-corrected, errs no more often per member.
+        other = paired_comparison(*simulate(rng, n, SETTINGS[setting], ratio=edge))
+        outcomes = judge_family([comp.interval, other.interval], [comp.pvalues(reference), other.pvalues(reference)],
+                                [reference, reference])
+        family += outcomes[0].verdict == "reproduced"
+    assert single / DATASETS <= 0.03, f"{setting}, n = {n}: reproduced {single / DATASETS:.3f} on the edge"
+    assert family / DATASETS <= 0.03, f"{setting}, n = {n}: reproduced {family / DATASETS:.3f} in a family"
+
+
+@pytest.mark.parametrize("n", [5, 10])
+@pytest.mark.parametrize("setting", ["launch spread only", "launch and step noise", "heavy-tailed steps"])
+def test_single_value_interval_covers_95_percent(setting, n):
+    """Levels (a share, seconds) over launches: symmetric noise around a known value."""
+    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 1927])
+    s, truth, hits = SETTINGS[setting], 0.6, 0
+    for _ in range(DATASETS):
+        launch = truth + 0.6 * s["shared"] * rng.standard_normal((n, 1))
+        step = (rng.standard_t(3, size=(n, STEPS)) if s["tail"] == "t3" else rng.standard_normal((n, STEPS)))
+        iv = single_value(launch + 0.6 * s["step"] * step)
+        hits += iv.low <= truth <= iv.high
+    coverage = hits / DATASETS
+    assert 0.93 <= coverage <= 0.97, f"{setting}, n = {n}: covered {coverage:.3f}"
+
+
+@pytest.mark.parametrize("n", [5, 10, 20, 35, 50, 100])
+def test_share_interval_never_covers_less_than_95_percent(n):
+    """Clopper-Pearson's coverage, computed exactly over every k, at true shares across [0, 1]."""
+    from scipy.stats import binom
+
+    bounds = [clopper_pearson(k, n) for k in range(n + 1)]
+    for p in np.linspace(0.01, 0.99, 99):
+        coverage = sum(binom.pmf(k, n, p) for k, (low, high) in enumerate(bounds) if low <= p <= high)
+        assert coverage >= 0.95 - 1e-9, f"n = {n}, p = {p:.2f}: coverage {coverage:.4f}"

@@ -11,6 +11,13 @@ a :class:`~hpcbench.report.verdict.Reference` each), then :func:`judge_compariso
   interval, Holm-corrected across all of them;
 * reads the verdict: not applicable or too few launches -> inconclusive; else
   reproduced only when every applicable comparison is, not reproduced when any is not.
+
+**Sessions.** Launches of one session (one run: ``run_id``) share the machine's state — its
+other load, the link's calibration, the page cache — so an interval speaks for the session
+that measured it, and launches of two sessions are never pooled: each session is a group of
+its own (named in the labels when there are several). When the same comparison's sessions
+reach different verdicts the claim is inconclusive ("the sessions disagree"); when their
+verdicts agree but their intervals are disjoint, the detail says so.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import pandas as pd
 
 from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, launch_params, paired_samples, select
 from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, judge, judge_family,
-                                     paired_bootstrap, single_value)
+                                     paired_comparison, single_value)
 from hpcbench.system.facts import EMULATED_CLUSTER
 
 #: Facts that make two launches incomparable when they differ.
@@ -52,16 +59,21 @@ def _fact_text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+SESSION = "session"
+
+
 def launch_groups(evidence: Evidence, ignore_params: Iterable[str] = ()) -> list[tuple[str, pd.DataFrame]]:
-    """The launches split by parameters (less ``ignore_params``) and :data:`GROUP_FACTS`.
+    """The launches split by parameters (less ``ignore_params``), :data:`GROUP_FACTS` and session.
 
     Returns:
-        (a readable description of the group, its launches) in a stable order.
+        (a readable description of the group, its launches) in a stable order; the session
+        (``run_id``) is named in the description only when the evidence holds several.
     """
     launches = evidence.launches
     if launches.empty:
         return []
     ignore = set(ignore_params) | {"output_dir"}
+    several_sessions = launches["run_id"].nunique() > 1
 
     def key(row: pd.Series) -> str:
         try:
@@ -69,6 +81,8 @@ def launch_groups(evidence: Evidence, ignore_params: Iterable[str] = ()) -> list
         except (TypeError, ValueError, AttributeError):
             params = {}
         facts = {f: _fact_text(row.get(f)) for f in GROUP_FACTS if f in launches.columns}
+        if several_sessions:
+            facts[SESSION] = str(row["run_id"])
         return json.dumps({"params": params, "facts": facts}, sort_keys=True, default=str)
 
     keyed = launches.assign(_group=[key(r) for _, r in launches.iterrows()])
@@ -114,12 +128,53 @@ def judge_comparisons(evidence: Evidence, comparisons: Comparisons, *,
         return Judgement(INCONCLUSIVE, NO_VALUE,
                          f"{what} No launch measured both series of any comparison, so nothing to judge."
                          + evidence.excluded_note())
-    boots = [paired_bootstrap(n, d) for _, _, n, d, _ in family]  # one bootstrap per comparison
+    boots = [paired_comparison(n, d) for _, _, n, d, _ in family]  # one t test per comparison
     judged = judge_family([b.interval for b in boots],
                           [b.pvalues(c.reference) for b, (_, c, *_) in zip(boots, family)],
                           [c.reference for _, c, *_ in family])
     members = [(group_text, comp.label, why_not) for group_text, comp, _, _, why_not in family]
     return _assemble(evidence, members, judged, what)
+
+
+def _without_session(group_text: str) -> str:
+    """A group's description less its session: the same comparison in another session has the same one."""
+    return ", ".join(part for part in group_text.split(", ") if not part.startswith(f"{SESSION} "))
+
+
+def session_disagreement(members: Sequence[tuple[str, str]], outcomes: Sequence[Outcome]) -> tuple[bool, str]:
+    """Whether sessions that measured the same comparison disagree, and what to say about it.
+
+    Args:
+        members: (group description, comparison label) per outcome; the description names its
+            session (:func:`launch_groups`) when there are several.
+
+    Returns:
+        (True when the same comparison reached different verdicts in different sessions,
+        a sentence naming each such comparison's sessions — also when their verdicts agree but
+        their intervals are disjoint — or ``""``).
+    """
+    by_comparison: dict[tuple[str, str], list[tuple[str, Outcome]]] = {}
+    for (group_text, label), outcome in zip(members, outcomes):
+        session = next((p[len(SESSION) + 1:] for p in group_text.split(", ") if p.startswith(f"{SESSION} ")), None)
+        if session is not None:
+            by_comparison.setdefault((_without_session(group_text), label), []).append((session, outcome))
+    disagree, notes = False, []
+    for (_, label), runs in sorted(by_comparison.items()):
+        if len(runs) < 2:
+            continue
+        verdicts = {o.verdict for _, o in runs}
+        lows = [o.interval.low for _, o in runs]
+        highs = [o.interval.high for _, o in runs]
+        disjoint = max(lows) > min(highs)
+        if len(verdicts) > 1 or disjoint:
+            disagree |= len(verdicts) > 1
+            shown = "; ".join(f"{session}: {o.interval.describe()} -> {o.verdict}" for session, o in runs)
+            what = "reach different verdicts" if len(verdicts) > 1 else "agree on the verdict but their intervals are disjoint"
+            notes.append(f"{label}: the sessions {what} ({shown})")
+    if not notes:
+        return False, ""
+    return disagree, (" Each interval speaks for the session that measured it (launches of one session share the "
+                      "machine's state). " + ". ".join(notes) + ".")
 
 
 def _assemble(evidence: Evidence, members: list[tuple[str, str, str | None]], judged: list[Outcome],
@@ -141,12 +196,15 @@ def _assemble(evidence: Evidence, members: list[tuple[str, str, str | None]], ju
         labels.append(f"{label} ({group_text})" if several_groups else label)
         parts.append(f"{labels[-1]}: {outcome.describe()}")
     verdict = combine(applicable) if applicable else INCONCLUSIVE
+    disagree, sessions_note = session_disagreement([(g, l) for g, l, why_not in members if not why_not], applicable)
+    if disagree:
+        verdict = INCONCLUSIVE
     detail = what
     if reasons:
         detail += f" Not applicable in {len(reasons)} of {len(members)} comparison(s): {sorted(set(reasons))[0]}."
     if len(members) > 1:
         detail += f" {len(members)} comparisons, corrected for multiplicity."
-    detail += evidence.excluded_note()
+    detail += sessions_note + evidence.excluded_note()
     return Judgement(verdict, "; ".join(parts), detail, tuple(outcomes), tuple(labels))
 
 

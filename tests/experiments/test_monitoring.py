@@ -18,7 +18,7 @@ from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.experiments.monitoring.config import MonitoringConfig
 from hpcbench.experiments.monitoring.summary import summarize, verify_records
 from hpcbench.report.ledger import evaluate_claim
-from hpcbench.report.verdict import wilson
+from hpcbench.report.verdict import clopper_pearson
 from hpcbench.system.facts import write_facts
 
 FAULTS = ["none", "lossy_link", "slow_storage", "cpu_contention"]
@@ -157,11 +157,13 @@ def test_faults_not_applied_do_not_count(tmp_path):
     assert row.verdict == "inconclusive" and "was not applied in any launch" in row.detail
 
 
-def test_wilson_interval():
-    low, high = wilson(8, 8)
-    assert 0.6 < low < 0.7 and high == 1.0
-    assert wilson(0, 8)[0] == 0.0
-    assert all(math.isnan(v) for v in wilson(0, 0))  # no launches: no interval
+def test_exact_share_interval_quoted_in_the_rule():
+    low, high = clopper_pearson(8, 8)
+    assert low == pytest.approx(0.025 ** (1 / 8)) and high == 1.0  # k = n: the bound has a closed form
+    assert clopper_pearson(8, 8, 1 - 0.05 / 3)[0] == pytest.approx(0.55, abs=0.005)
+    assert clopper_pearson(5, 5, 1 - 0.05 / 3)[0] == pytest.approx(0.38, abs=0.005)
+    assert clopper_pearson(0, 8)[0] == 0.0
+    assert all(math.isnan(v) for v in clopper_pearson(0, 0))  # no launches: no interval
 
 
 @pytest.mark.parametrize("values, field, words", [

@@ -21,7 +21,7 @@ from hpcbench.experiments.practice.rules import CATCH_LOWER, GUIDE_C12_PROBLEMS_
 from hpcbench.experiments.practice.summary import findings, summarize, verify_records
 from hpcbench.guide.claims import get_claim
 from hpcbench.report.ledger import evaluate_claim
-from hpcbench.report.verdict import wilson
+from hpcbench.report.verdict import clopper_pearson
 from hpcbench.system.facts import write_facts
 
 STEPS, READS, BASE_S = 12, 24, 0.1
@@ -69,7 +69,7 @@ def write_launch(tmp_path, k: int, effect=EFFECT, *, injected=True, faults=FAULT
     return pd.concat(frames, ignore_index=True)
 
 
-def c12(tmp_path, n=6, **kw):
+def c12(tmp_path, n=7, **kw):
     records = pd.concat([write_launch(tmp_path, k, **kw) for k in range(n)], ignore_index=True)
     return evaluate_claim("C12", records)
 
@@ -99,7 +99,7 @@ def test_a_fault_not_injected_is_neither_caught_nor_missed(tmp_path):
 def test_reproduced_when_nearly_every_fault_is_caught_and_the_baseline_passes(tmp_path):
     row = c12(tmp_path)
     assert row.verdict == "reproduced", row.measured
-    assert "42/42" in row.measured and "false alarms): 0/6" in row.measured
+    assert "49/49" in row.measured and "false alarms): 0/7" in row.measured
     assert "No counted fault was missed" in row.detail and "not a census" in row.detail
 
 
@@ -108,22 +108,22 @@ def test_not_reproduced_when_the_gate_misses_faults(tmp_path):
     quiet = {f: {"slow": 1.5} for f in ("cpu_contention", "unbound_threads", "slow_node")}
     row = c12(tmp_path, effect={**EFFECT, **quiet})
     assert row.verdict == "not reproduced", row.measured
-    assert "24/42" in row.measured
+    assert "28/49" in row.measured
     assert "Missed at least once: cpu_contention, unbound_threads, slow_node" in row.detail
-    assert "cpu_contention: caught 0/6, missed 6" in row.detail
+    assert "cpu_contention: caught 0/7, missed 7" in row.detail
 
 
 def test_not_reproduced_when_the_baseline_fails_the_gate(tmp_path):
     row = c12(tmp_path, effect={**EFFECT, "none": {"cv": 0.2}})
     assert row.verdict == "not reproduced", row.measured
-    assert "false alarms): 6/6" in row.measured
+    assert "false alarms): 7/7" in row.measured
     # the faults of launches whose baseline failed cannot be counted
     assert "every launch's baseline failed the gate" in row.detail and "catch fraction is unknown" in row.detail
     # shown, not counted: which faults broke a check the noisy baseline passed
-    assert ("slow_link: in launches whose baseline failed too (not counted) the gate failed 6/6, by a check the "
-            "baseline passed 6/6 (comm_share)") in row.detail
-    assert "link_flap: in launches whose baseline failed too (not counted) the gate failed 6/6, by a check the " \
-           "baseline passed 0/6" in row.detail
+    assert ("slow_link: in launches whose baseline failed too (not counted) the gate failed 7/7, by a check the "
+            "baseline passed 7/7 (comm_share)") in row.detail
+    assert "link_flap: in launches whose baseline failed too (not counted) the gate failed 7/7, by a check the " \
+           "baseline passed 0/7" in row.detail
 
 
 def test_launches_whose_baseline_failed_do_not_count_their_faults(tmp_path):
@@ -144,11 +144,11 @@ def test_faults_not_applied_never_count(tmp_path):
     assert "slow_link: not injected" in row.detail
 
 
-def test_wilson_bounds_quoted_in_the_rule():
+def test_exact_bounds_quoted_in_the_rule():
     confidence = 1 - 0.05 / 2  # two members, Bonferroni
-    assert wilson(35, 35, confidence)[0] == pytest.approx(0.87, abs=0.005)
-    assert wilson(30, 35, confidence)[0] == pytest.approx(0.68, abs=0.005)
-    assert all(math.isnan(v) for v in wilson(0, 0))
+    assert clopper_pearson(35, 35, confidence)[0] == pytest.approx(0.88, abs=0.005)
+    assert clopper_pearson(30, 35, confidence)[0] == pytest.approx(0.67, abs=0.005)
+    assert all(math.isnan(v) for v in clopper_pearson(0, 0))
 
 
 def test_the_reference_is_the_claims_figure():

@@ -42,7 +42,7 @@ from hpcbench.guide.claims import Claim
 from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, paired_samples
 from hpcbench.report.rulekit import in_group, launch_groups, slow_link_problem
 from hpcbench.report.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, Reference,
-                                     judge_family, paired_bootstrap, paired_ratio)
+                                     judge_family, paired_comparison, paired_ratio)
 
 #: "Faster than the other technique": the paired ratio (other's time per sample / this one's) above 1.
 FASTER = Reference(1.0, lower=1.0, unit="x", source="C14's measured best: faster per sample than every other "
@@ -129,7 +129,7 @@ def judge_regimes(evidence: Evidence) -> list[RegimeResult]:
     """:func:`regime_results` with every pairwise comparison judged, Holm-corrected as one family."""
     results, family = regime_results(evidence)
     if family:
-        boots = [paired_bootstrap(n, d) for _, _, n, d in family]
+        boots = [paired_comparison(n, d) for _, _, n, d in family]
         outcomes = judge_family([b.interval for b in boots], [b.pvalues(FASTER) for b in boots],
                                 [FASTER] * len(boots))
         for (r, other, _, _), outcome in zip(family, outcomes):

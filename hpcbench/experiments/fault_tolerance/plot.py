@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from hpcbench.core.facts import GUIDE_C15_TRIES
-from hpcbench.report.verdict import wilson
+from hpcbench.report.verdict import clopper_pearson
 
 #: Tries drawn on the survival panel: the guide's 3 between its neighbours.
 TRIES_SHOWN = (1, 2, 3, 4)
@@ -20,7 +20,7 @@ def draw_survival(ax, points) -> None:
     for label, p, tries, failed, jobs in points:
         ts = list(TRIES_SHOWN)
         ax.plot(ts, [p ** t for t in ts], color="grey", ls=":", lw=1, marker=".")
-        low, high = wilson(int(failed), int(jobs))
+        low, high = clopper_pearson(int(failed), int(jobs))
         share = failed / jobs if jobs else math.nan
         ax.errorbar([tries], [share], yerr=[[share - low], [high - share]], fmt="o", capsize=3,
                     label=f"{label}: {int(failed)}/{int(jobs)} jobs failed (p = {p:g})")

@@ -10,7 +10,7 @@ import pandas as pd
 from hpcbench.experiments.fault_tolerance.plot import draw_survival
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
                                  pick, png_of, present_stats, source_variants, text_table)
-from hpcbench.report.verdict import wilson
+from hpcbench.report.verdict import clopper_pearson
 
 TIER_ORDER = {"full": 0, "light": 1}
 
@@ -133,13 +133,13 @@ def present_fault_tolerance(data: ExperimentData) -> list[Section]:
         for r in failed.itertuples():
             jobs, share = int(r.n), float(r.mean)
             k = round(share * jobs)
-            low, high = wilson(k, jobs)
+            low, high = clopper_pearson(k, jobs)
             predicted = float(r.p) ** int(r.tries)
             rows.append([Cell(f"{r.source} · {r.variant}"), Cell(fmt_number(r.p)), Cell(str(int(r.tries))),
                          Cell(str(jobs)), Cell(f"{fmt_number(share, 3)} [{fmt_number(low, 3)}, {fmt_number(high, 3)}]"),
                          Cell(fmt_number(predicted, 3)), Cell(fmt_number(share / predicted, 3))])
             points.append((f"{r.source} · {r.variant}", float(r.p), int(r.tries), k, jobs))
-        section.tables.append(Table(columns=["series", "p", "tries", "jobs", "failed share [95 % Wilson]",
+        section.tables.append(Table(columns=["series", "p", "tries", "jobs", "failed share [95 % exact]",
                                              "model p^tries", "measured / model"], rows=rows,
                                     id="fault-tolerance-survival",
                                     caption="jobs run through slurm/run_with_retries.sh, each try failing with the "

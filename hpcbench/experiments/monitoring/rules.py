@@ -5,7 +5,7 @@ hides the real bottleneck; monitor SM efficiency (> 80 %), IB retransmission rat
 storage latency P99 (< 50 ms) and CPU cache hit rate (> 90 %) against alert thresholds";
 predicted: "a healthy run meets all four thresholds; a run with [a fault] but high 'GPU
 utilisation' shows why utilisation alone misleads". Per strict launch group, two kinds of
-member, each a share over launches with a Wilson interval (Bonferroni across members):
+member, each a share over launches with an exact (Clopper-Pearson) interval (Bonferroni across members):
 
 * **quiet baseline** — the share of launches whose ``none`` phase raised any C6 alert (false
   alarms). Reference: **at most 1/2** (reproduced when the whole interval lies below 0.5: the
@@ -33,8 +33,8 @@ utilisation itself showed the fault, which the claim does not dispute; counted a
 Failed tasks never reach the rule (the ledger drops them).
 
 How many launches: with the baseline and two tested faults (3 members, each interval at
-1 - 0.05/3), 5 caught of 5 gives a Wilson lower bound of 0.47, inside the band's edge, so 5
-launches can never reproduce; 8 of 8 gives 0.58. Run >= 8 launches for a verdict.
+1 - 0.05/3), 5 caught of 5 gives an exact lower bound of 0.38, inside the band's edge, so 5
+launches can never reproduce; 8 of 8 gives 0.55. Run >= 8 launches for a verdict.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def rule_c6(claim: Claim, evidence: Evidence) -> Judgement:
             f"storage read P99 < 50 ms, CPU cache hit > 90 %}} alert after sustained breaches. Members: the share "
             f"of launches whose no-fault phase alerted (reference <= {MAJORITY:g}), and per fault the share caught "
             f"among the launches where it was applied and plain utilisation looked healthy (>= "
-            f"{UTIL_HEALTHY_MIN:.0%}; reference >= {MAJORITY:g}); Wilson intervals, Bonferroni across members. A "
+            f"{UTIL_HEALTHY_MIN:.0%}; reference >= {MAJORITY:g}); exact (Clopper-Pearson) intervals, Bonferroni across members. A "
             f"metric recorded absent never counts as caught or missed; a fault utilisation showed by itself does "
             f"not test the claim.")
     found: list[tuple[str, tuple]] = []

@@ -6,7 +6,7 @@ the storage read latency P99 below 100 ms; this avoids 90 % of common problems."
 :func:`hpcbench.practice.gates.evaluate_gate` with the guide's three limits; a problem counts as
 *avoided* when the gate fails on it, so that the run would not have been scaled out. Per strict
 launch group (same parameters but the fault list, same recorded facts), two members, each a
-share with a Wilson score interval, Bonferroni-corrected across all members:
+share with an exact (Clopper-Pearson) interval, Bonferroni-corrected across all members:
 
 * **catch fraction** — caught / injected faults, pooled over faults and launches: every fault
   phase where the fault was really applied and the gate measured at least one check is one
@@ -40,8 +40,10 @@ link, as far as each can be applied here), not over a census of "common problems
 weighted, one trial per fault per launch.
 
 How many launches: with 2 members (each interval at 1 - 0.05/2), 7 faults caught in all of 5
-launches (35 of 35) give a Wilson lower bound of 0.87, inside the band; one fault missed in every
-launch (30 of 35) gives 0.68, inconclusive.
+launches (35 of 35) give an exact lower bound of 0.88, inside the band; one fault missed in every
+launch (30 of 35) gives 0.67, inconclusive. The quiet baseline needs 7 launches: 0 false alarms
+in 7 gives an exact upper bound of 0.47, below the band's 0.5; 0 in 5 gives 0.58, which can never
+be reproduced.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
             f"read P99 < 100 ms) on that phase's records. Members: the catch fraction, faults the gate fails on over "
             f"faults injected, pooled over faults and launches whose baseline passed (reference "
             f"{GUIDE_C12_PROBLEMS_AVOIDED:g}, band >= {CATCH_LOWER:g}), and the share of launches whose baseline "
-            f"fails the gate (reference <= {MAJORITY:g}); Wilson intervals, Bonferroni across members. Faults not "
+            f"fails the gate (reference <= {MAJORITY:g}); exact (Clopper-Pearson) intervals, Bonferroni across members. Faults not "
             f"injected here never count. The faults are this project's list, not a census of common problems.")
     found: list[tuple[str, tuple]] = []
     per_fault: list[str] = []

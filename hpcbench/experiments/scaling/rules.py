@@ -7,7 +7,7 @@ the gate (C12) the guide puts before each step out: **a configuration that passe
 a small scale keeps scaling at the next, and one that fails it would not**. So, per stage
 ``k > 1``, the per-node weak-scaling efficiency (per-node throughput at ``k`` nodes over that at
 1 node, same per-rank batch, paired per launch: both stages run in the same launch), as a
-ratio with its 95 % interval over launches (:func:`~hpcbench.report.verdict.paired_bootstrap`),
+ratio with its 95 % interval over launches (:func:`~hpcbench.report.verdict.paired_comparison`),
 Holm-corrected across stages:
 
 * **cleared stages** (every earlier stage's gate passed, so the procedure steps out to ``k``):
