@@ -41,12 +41,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     from hpcbench.experiments import EXPERIMENTS
     from hpcbench.run.suite import shipped_suites
 
-    print(f"{'experiment':<14} {'claims':<12} {'needs (defaults)':<28} notebook")
+    from hpcbench.guide.claims import KINDS, get_claim
+
+    rows = []
     for name in EXPERIMENTS:
         exp = EXPERIMENTS.get(name)
-        needs = exp.resources(exp.config()).describe()
-        print(f"{name:<14} {','.join(exp.claims):<12} {needs:<28} notebooks/{exp.notebook}")
-        print(f"{'':<14} {exp.description}")
+        claims = ", ".join(f"{cid} {get_claim(cid).kind}" for cid in exp.claims)
+        rows.append((name, claims, exp.resources(exp.config()).describe(), f"notebooks/{exp.notebook}",
+                     exp.description))
+    header = ("experiment", "claims (kind)", "needs (defaults)", "notebook")
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(3)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[3])
+    for *cols, notebook, description in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(cols, widths)) + "  " + notebook)
+        print(" " * (widths[0] + 2) + description)
+    print("\nclaim kinds: " + "; ".join(f"{kind}: {what}" for kind, what in KINDS.items()))
     print("\nshipped suites: " + ", ".join(shipped_suites()))
     return 0
 

@@ -16,8 +16,8 @@ import hpcbench
 from hpcbench.core import facts, units
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.experiments import EXPERIMENTS, load_all, rule_owners
-from hpcbench.guide.claims import CLAIMS, ClaimError, get_claim
-from hpcbench.report.ledger import NO_VALUE, VERDICTS, evaluate_claim, evaluate_claims
+from hpcbench.guide.claims import CLAIMS, KINDS, ClaimError, get_claim
+from hpcbench.report.ledger import NO_VALUE, VERDICTS, evaluate_claim, evaluate_claims, verdict_words
 
 PACKAGE = Path(hpcbench.__file__).parent
 #: Folders that are not shared: each experiment's own package, and benchmarks of named experiments.
@@ -28,6 +28,21 @@ def test_all_17_claims_in_order_once():
     assert [c.id for c in CLAIMS] == [f"C{i}" for i in range(1, 18)]
     for claim in CLAIMS:
         assert claim.wording and claim.section and claim.figures, claim.id
+
+
+def test_every_claim_has_a_kind_and_the_ledger_row_speaks_its_words():
+    kinds = {c.id: c.kind for c in CLAIMS}
+    assert set(kinds.values()) == set(KINDS)
+    # the guide's figures, its techniques, its anecdotes and context
+    assert [c for c, k in kinds.items() if k == "figure"] == ["C2", "C3", "C4", "C7", "C12"]
+    assert [c for c, k in kinds.items() if k == "anecdote"] == ["C1", "C16"]
+    rows = {r.claim_id: r for r in evaluate_claims(pd.DataFrame())}
+    assert all(rows[c].kind == k for c, k in kinds.items())
+    assert verdict_words("figure", "reproduced") == "reproduced"
+    assert verdict_words("technique", "reproduced") == "works as described"
+    assert verdict_words("technique", "not reproduced") == "does not work as described"
+    assert verdict_words("anecdote", "not reproduced") == "inconsistent with the model"
+    assert all(verdict_words(k, v) == v for k in KINDS for v in ("inconclusive", "not measured yet", "context"))
 
 
 def test_get_claim_and_unknown_id_lists_valid_ones():

@@ -27,12 +27,27 @@ class ClaimError(HpcbenchError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+#: The three kinds of statement the guide makes; a verdict is read in its kind's words.
+FIGURE = "figure"
+TECHNIQUE = "technique"
+ANECDOTE = "anecdote"
+KINDS = {
+    FIGURE: "a figure the guide measured (a gain, a share, a step time): judged against the figure, in the "
+            "guide's regime",
+    TECHNIQUE: "a technique the guide recommends: judged on whether it works as described, by a test that can "
+               "fail",
+    ANECDOTE: "an anecdote or context: checked for consistency with the scale model, every assumption stated",
+}
+
+
 @dataclass(frozen=True)
 class Claim:
     """One claim of the guide, as the guide states it."""
 
     id: str
     """``"C1"`` .. ``"C17"``, as numbered in SOURCE.md."""
+    kind: str
+    """One of :data:`KINDS`: what sort of statement it is decides what a verdict on it can say."""
     section: str
     """The guide's section, e.g. ``"2.1 Wrong communication mode"``."""
     wording: str
@@ -41,6 +56,9 @@ class Claim:
     """(what, the guide's figure) pairs, quoted exactly."""
     predicted: str
     """What the guide's figures predict (checked arithmetic), or ``""``."""
+
+    def __post_init__(self) -> None:
+        assert self.kind in KINDS, f"{self.id}: kind {self.kind!r} not in {list(KINDS)}"
 
     def claimed(self) -> str:
         """The figures as one readable line."""
@@ -141,92 +159,92 @@ S4 = "4 Recommended tool chain"
 S6 = "6 Best practices"
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("C1", S1,
+    Claim("C1", ANECDOTE, S1,
           "Misestimating AllReduce communication cost kept a 10-billion-parameter model's GPU "
           "utilisation below 40 % for a long time.",
           (("model", "10B parameters"), ("GPU utilisation", "< 40 %"),
            ("cause", "AllReduce overhead misestimated")),
           "GPU utilisation < 40 % means communication and other stalls take > 60 % of each step"),
-    Claim("C2", S11,
+    Claim("C2", FIGURE, S11,
           "A batch larger than 4x the usual cloud batch, with gradient accumulation, raised per-GPU "
           "throughput by 220 %, provided the data pipeline was rebuilt to avoid a PCIe bandwidth "
           "bottleneck.",
           (("batch", "> 4x the usual cloud batch, with gradient accumulation"),
            ("per-GPU throughput", "+220 %"), ("precondition", "data pipeline rebuilt, no PCIe bottleneck")),
           _c2_predicted()),
-    Claim("C3", S21,
+    Claim("C3", FIGURE, S21,
           "Hybrid parallelism (data parallel inside the node, DDP across nodes) beats plain DDP "
           "across nodes by 49.6 % on ResNet-50 and 40.2 % on GPT-2.",
           (("DDP ResNet-50", "12,500 images/s"), ("Hybrid ResNet-50", "18,700 images/s (+49.6 %)"),
            ("DDP GPT-2", "8,200 tokens/s"), ("Hybrid GPT-2", "11,500 tokens/s (+40.2 %)")),
           f"ResNet-50 {_check_gain(*GUIDE_C3_RESNET)}; GPT-2 {_check_gain(*GUIDE_C3_GPT2)}"),
-    Claim("C4", S22,
+    Claim("C4", FIGURE, S22,
           "Reading many small files from Lustre overloads its metadata server; training ImageNet "
           "this way left the GPUs idle 65 % of the time.",
           (("GPU idle time", "65 %"), ("cause", "Lustre metadata-server overload from small files")),
           "GPU busy <= 35 %; removing the I/O stall could speed training up to 1/0.35 = 2.86x"),
-    Claim("C5", S22,
+    Claim("C5", TECHNIQUE, S22,
           "Container formats (TFRecord/HDF5), prefetching with buffer = num_workers x batch_size, "
           "and a node-local NVMe cache (BeeOND) fix the storage bottleneck.",
           (("formats", "TFRecord / HDF5"), ("prefetch buffer", "num_workers x batch_size"),
            ("cache", "node-local NVMe via BeeOND")),
           "a buffer of num_workers x batch_size samples keeps one batch per worker in flight "
           "(PyTorch DataLoader: prefetch_factor=1 batch per worker)"),
-    Claim("C6", S24,
+    Claim("C6", TECHNIQUE, S24,
           "GPU utilisation alone hides the real bottleneck; monitor SM efficiency, IB retransmission "
           "rate, storage latency P99 and CPU cache hit rate against alert thresholds.",
           (("GPU SM efficiency (DCGM)", "> 80 %"), ("IB retransmission rate (ibmonitor)", "< 0.1 %"),
            ("storage latency P99 (Lustre monitoring)", "< 50 ms"), ("CPU cache hit rate (perf)", "> 90 %")),
           "a healthy run meets all four thresholds; a run with low SM efficiency but high "
           "'GPU utilisation' shows why utilisation alone misleads"),
-    Claim("C7", S3,
+    Claim("C7", FIGURE, S3,
           "Topology-aware communication, gradient compression and compute/communication overlap "
           "made a weather-forecast model's training step 3.2x faster.",
           (("original", "420 ms/step, 61 % GPU utilisation"),
            ("after communication tuning", "310 ms/step, 75 %"),
            ("full optimisation", "132 ms/step, 92 %"), ("speed-up", "3.2x")),
           _c7_predicted()),
-    Claim("C8", S3,
+    Claim("C8", TECHNIQUE, S3,
           "Gradient compression to 2 bits in 4 MB buckets, leaving layer_norm parameters "
           "uncompressed, is one of the case's communication optimisations.",
           (("bits", "2"), ("bucket size", "4 MB"), ("skipped", "layer_norm")),
           _c8_predicted()),
-    Claim("C9", S3,
+    Claim("C9", TECHNIQUE, S3,
           "Overlapping computation and communication by accumulating gradients locally under "
           "no_sync() for 4 micro-steps, then synchronising once, is one of the case's optimisations.",
           (("micro-steps under no_sync()", "4"), ("global synchronisations", "1 per 4 micro-steps")),
           "4x fewer gradient all-reduces per sample (one per 4 micro-steps)"),
-    Claim("C10", S4,
+    Claim("C10", TECHNIQUE, S4,
           "The recommended NCCL tuning is NCCL_ALGO=Tree, NCCL_NSOCKS_PERTHREAD=4, "
           "NCCL_SOCKET_NTHREADS=8 and NCCL_BUFFSIZE=4194304 (with NCCL 2.18).",
           tuple((k, v) for k, v in GUIDE_C10_NCCL_SETTINGS.items()) + (("NCCL version", "2.18"),),
           _c10_predicted()),
-    Claim("C11", S6,
+    Claim("C11", TECHNIQUE, S6,
           "Save the full training state every hour and a light checkpoint every 10 minutes, "
           "compressed with Zstandard.",
           (("full checkpoint", "every hour"), ("light checkpoint", "every 10 minutes"),
            ("compression", "Zstandard")),
           "at most 10 minutes of work lost per failure; each light checkpoint must write in well "
           "under 600 s to keep its overhead small"),
-    Claim("C12", S6,
+    Claim("C12", FIGURE, S6,
           "Before scaling out, check that the step-time standard deviation is below 5 %, the "
           "communication share below 30 % and the storage read latency P99 below 100 ms; this "
           "avoids 90 % of common problems.",
           (("step-time standard deviation", "< 5 %"), ("communication share", "< 30 %"),
            ("storage read latency P99", "< 100 ms"), ("problems avoided", "90 %")),
           ""),
-    Claim("C13", S6,
+    Claim("C13", TECHNIQUE, S6,
           "Scale progressively: tune on one node with 8 GPUs, then extend to 2-4 nodes, then run "
           "at full scale.",
           (("stage 1", "1 node, 8 GPUs"), ("stage 2", "2-4 nodes"), ("stage 3", "full scale")),
           ""),
-    Claim("C14", S6,
+    Claim("C14", TECHNIQUE, S6,
           "Communication optimisation priority: if bandwidth-bound use gradient compression, else "
           "if latency-sensitive use topology optimisation, else overlap computation and communication.",
           (("bandwidth-bound", "gradient compression"), ("latency-sensitive", "topology optimisation"),
            ("otherwise", "compute/communication overlap")),
           ""),
-    Claim("C15", S25,
+    Claim("C15", TECHNIQUE, S25,
           "Three-level fault tolerance: checkpoints named by host and SLURM job id, a dataset that "
           "repairs a shard and retries, and a job wrapper that reruns srun up to 3 times.",
           (("checkpoint", "epoch + model + optimizer state, named by hostname and SLURM job id"),
@@ -234,12 +252,12 @@ CLAIMS: tuple[Claim, ...] = (
            ("job wrapper", "srun --mpi=pmi2 rerun up to 3 times, repair_storage between tries")),
           "with retry starting at 0, the job survives 2 failures (3 runs in all); if runs fail "
           "independently with probability p, the job fails with p^3"),
-    Claim("C16", S11,
+    Claim("C16", ANECDOTE, S11,
           "The guide's platform has fat nodes with 8 A100 GPUs each, connected by 200 Gb/s HDR "
           "InfiniBand.",
           (("GPUs per node", "8 x A100"), ("inter-node fabric", "200 Gb/s HDR InfiniBand")),
           _c16_predicted()),
-    Claim("C17", S21,
+    Claim("C17", TECHNIQUE, S21,
           "Build process groups from the GPU topology, use RDMA for AllReduce, and match the "
           "gradient bucket size to the IB MTU.",
           (("gradient bucket size", "matched to the IB MTU"), ("AllReduce transport", "RDMA (IB verbs)"),

@@ -204,13 +204,18 @@ def _verdict_tone(verdict: str) -> str:
     v = verdict.lower()
     if "not measured" in v or "pending" in v:
         return "open"
-    if any(k in v for k in ("refut", "contradict", "fail", "wrong", "not reproduced", "does not hold")):
+    if any(k in v for k in ("refut", "contradict", "fail", "wrong", "not reproduced", "does not", "inconsistent")):
         return "bad"
     if any(k in v for k in ("partial", "inconclusive", "mixed", "unclear", "differs", "caveat")):
         return "warn"
-    if any(k in v for k in ("confirm", "support", "reproduced", "holds", "agree", "consistent", "pass")):
+    if any(k in v for k in ("confirm", "support", "reproduced", "holds", "agree", "consistent", "pass", "works")):
         return "good"
     return "neutral"
+
+
+def _verdict_text(row: Any) -> str:
+    """A ledger row's verdict in its claim kind's words (rows from an older ledger have no kind)."""
+    return str(getattr(row, "verdict_text", None) or row.verdict)
 
 
 def _verdict_cell(verdict: str, prefix: str = "") -> Cell:
@@ -257,7 +262,7 @@ def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exc
     for cid in order:
         row = first[cid]
         by_src = [per_source.get(s, {}).get(cid) for s in labels]
-        verdicts = [(s, str(r.verdict)) for s, r in zip(labels, by_src) if r is not None]
+        verdicts = [(s, _verdict_text(r)) for s, r in zip(labels, by_src) if r is not None]
         if len({v for _, v in verdicts}) <= 1:
             verdict_parts = [_verdict_cell(verdicts[0][1])] if verdicts else []
         else:
@@ -265,7 +270,8 @@ def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exc
         details = list(dict.fromkeys(str(r.detail) for r in by_src if r is not None and r.detail))
         verdict_parts += [Cell(d, "detail") for d in details]
         rows.append([
-            Cell(parts=(Cell(cid, "claim-id"), Cell(str(row.wording or "")))),
+            Cell(parts=(Cell(cid, "claim-id"), Cell(str(getattr(row, "kind", "") or ""), "claim-kind"),
+                        Cell(str(row.wording or "")))),
             Cell(str(row.section or "")),
             Cell(_value_text(row.claimed)),
             *(Cell(_value_text(r.measured) if r is not None else "–") for r in by_src),

@@ -22,6 +22,12 @@ measured yet*. Evaluating a claim:
    platform data alone). The row's ``predicted`` is that text followed by the guide's own
    arithmetic; a predictor that raises gives "model: not available (...)", never a broken ledger.
 
+**Kinds.** Every row names its claim's kind (:data:`hpcbench.guide.claims.KINDS`) and reads
+its verdict in that kind's words (:func:`verdict_words`): a figure is *reproduced* or *not
+reproduced*, a technique *works as described* or *does not work as described*, an anecdote is
+*consistent* or *inconsistent with the model*. Rules return the same three values whatever the
+kind; only the words differ.
+
 Light on purpose: pandas and numpy, no torch.
 """
 
@@ -33,7 +39,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
-from hpcbench.guide.claims import CLAIMS, Claim, get_claim
+from hpcbench.guide.claims import ANECDOTE, CLAIMS, FIGURE, TECHNIQUE, Claim, get_claim
 from hpcbench.report.verdict import Outcome
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "context", "not measured yet")
@@ -41,6 +47,18 @@ NOT_MEASURED = "not measured yet"
 CONTEXT = "context"
 NO_VALUE = "—"  # what "measured" shows when nothing was measured
 LAUNCH_KEYS = ["run_id", "task_id"]
+#: A verdict in its claim kind's words: (reproduced, not reproduced) per kind; the others read the same.
+_KIND_WORDS = {
+    FIGURE: ("reproduced", "not reproduced"),
+    TECHNIQUE: ("works as described", "does not work as described"),
+    ANECDOTE: ("consistent with the model", "inconsistent with the model"),
+}
+
+
+def verdict_words(kind: str, verdict: str) -> str:
+    """``verdict`` (one of :data:`VERDICTS`) as a claim of ``kind`` says it."""
+    yes, no = _KIND_WORDS.get(kind, _KIND_WORDS[FIGURE])
+    return {"reproduced": yes, "not reproduced": no}.get(verdict, verdict)
 #: Columns every launch carries besides its facts.
 LAUNCH_COLUMNS = ["run_id", "task_id", "experiment", "variant", "repetition", "params"]
 
@@ -83,10 +101,17 @@ class LedgerRow:
     """What the predicting experiments' models say at the guide's scale, with their inputs; ``""`` when none."""
     guide_arithmetic: str = ""
     """The guide's own arithmetic (:attr:`hpcbench.guide.claims.Claim.predicted`)."""
+    kind: str = FIGURE
+    """The claim's kind (:data:`hpcbench.guide.claims.KINDS`)."""
 
     def __post_init__(self) -> None:
         # An invariant of this module, not a user error: rules must use VERDICTS.
         assert self.verdict in VERDICTS, f"{self.claim_id}: verdict {self.verdict!r} not in {VERDICTS}"
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict in the words of the claim's kind (:func:`verdict_words`)."""
+        return verdict_words(self.kind, self.verdict)
 
 
 @dataclass
@@ -129,7 +154,7 @@ def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_pre
                      measured=judgement.measured, predicted=combined_prediction(model_prediction, claim.predicted),
                      verdict=judgement.verdict, detail=judgement.detail, experiment=experiment,
                      outcomes=judgement.outcomes, labels=judgement.labels, model_prediction=model_prediction,
-                     guide_arithmetic=claim.predicted)
+                     guide_arithmetic=claim.predicted, kind=claim.kind)
 
 
 # -- launches, summaries, facts ---------------------------------------------------------
