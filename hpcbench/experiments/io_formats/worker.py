@@ -4,7 +4,8 @@ One run, for every format in ``formats`` (``files``: one JPEG per file; ``hdf5``
 ``tfrecord``, ``tar``: shards holding the very same JPEG bytes), every DataLoader
 ``workers`` value and, with workers, every ``prefetch_factor`` of the sweep:
 
-* one or more epochs, each after evicting the data set's files from the page cache
+* one or more epochs (rounds), each arm — a format at a workers/prefetch setting — read once per
+  round in an order drawn anew per round and per launch (:func:`arm_order`, recorded), each after evicting the data set's files from the page cache
   (:mod:`hpcbench.data.page_cache`; the record says whether eviction worked), through
   ``DataLoader`` -> device prefetcher -> an emulated accelerator step of ``compute_ms``
   per batch (a sleep, as DLIO emulates compute); with ``worker_batching`` (the default) each
@@ -236,21 +237,24 @@ def run(cfg: IoFormatsConfig, writer: RecordWriter, out_dir: str | os.PathLike,
     epoch_times: dict[tuple[str, int, int], float] = {}
     try:
         _warm_up(io.folders["files"], cfg)
-        for fmt, folder in io.folders.items():
-            ds = _open(folder, cfg)
-            paths = shard_paths(ds.manifest, ds.folder) if cfg.cold_cache else None
-            for workers, prefetch in _settings(cfg):
-                labels = _labels(fmt, workers, prefetch, cfg, "sweep")
-                for epoch in range(cfg.epochs):
-                    r = measure_epoch(ds, epoch=epoch, workers=workers, prefetch_factor=prefetch or 2,
-                                      batch_size=cfg.batch_size, compute_s=compute_s,
-                                      device_prefetch=cfg.device_prefetch, evict_paths=paths)
-                    record_epoch(writer, r, labels, epoch, latency_step)
-                    latency_step += len(r.read_s)
-                    epoch_times.setdefault((fmt, workers, prefetch), r.wall_s)
-                progress(f"{fmt:9s} workers={workers} prefetch_factor={prefetch}: "
+        opened = {fmt: _open(folder, cfg) for fmt, folder in io.folders.items()}
+        evict = {fmt: shard_paths(ds.manifest, ds.folder) if cfg.cold_cache else None for fmt, ds in opened.items()}
+        arms = [(fmt, workers, prefetch) for fmt in opened for workers, prefetch in _settings(cfg)]
+        for epoch in range(cfg.epochs):
+            # Interleaved: every arm reads once per round, in an order drawn anew per round and per
+            # launch, so that the machine's drift inside a launch (other load, the page cache's
+            # state, a warming disk) falls on every arm alike instead of on whichever ran last.
+            for fmt, workers, prefetch in arm_order(arms, writer, epoch):
+                r = measure_epoch(opened[fmt], epoch=epoch, workers=workers, prefetch_factor=prefetch or 2,
+                                  batch_size=cfg.batch_size, compute_s=compute_s,
+                                  device_prefetch=cfg.device_prefetch, evict_paths=evict[fmt])
+                record_epoch(writer, r, _labels(fmt, workers, prefetch, cfg, "sweep"), epoch, latency_step)
+                latency_step += len(r.read_s)
+                epoch_times.setdefault((fmt, workers, prefetch), r.wall_s)
+                progress(f"epoch {epoch} {fmt:9s} workers={workers} prefetch_factor={prefetch}: "
                          f"{r.samples / r.wall_s:8.1f} samples/s, {r.opens} opens, "
                          f"accelerator idle {1 - r.compute_s / r.wall_s:.0%}")
+        for fmt, ds in opened.items():
             _record_repairs(writer, ds, fmt, "sweep")
         if cfg.stage:
             _staging(cfg, io, writer, epoch_times, latency_step, progress)
@@ -259,6 +263,22 @@ def run(cfg: IoFormatsConfig, writer: RecordWriter, out_dir: str | os.PathLike,
             for path in io.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
     return {"formats": list(io.folders), "settings": _settings(cfg)}
+
+
+def arm_order(arms: list[tuple[str, int, int]], writer: RecordWriter, epoch: int) -> list[tuple[str, int, int]]:
+    """The arms of one round in a random order, seeded by the launch (run, task, repetition) and the round.
+
+    The order is written as a record (``arm_order``), so a report can show what ran when.
+    """
+    import random
+
+    ctx = writer.context
+    rng = random.Random(f"{ctx.run_id}/{ctx.task_id}/{ctx.repetition}/{epoch}")
+    order = list(arms)
+    rng.shuffle(order)
+    writer.add("arm_order", None, "", step=epoch,
+               text=", ".join(f"{fmt} w{workers} p{prefetch}" for fmt, workers, prefetch in order))
+    return order
 
 
 def _warm_up(folder: Path, cfg: IoFormatsConfig) -> None:
