@@ -52,3 +52,35 @@ def test_batch_scaling_notebook_runs_tiny(tmp_path):
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "per sample" in text and "C2: " in text and "measured:" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+# -- on the emulated cluster: the 1x step calibrated to the guide's regime --------------------------------
+
+#: 2 nodes x 1 rank, so that every synchronisation crosses the link; 2 calibration rates of 2 steps each.
+ON_CLUSTER = {"nodes": 2, "ranks_per_node": 1, "backend": "gloo", "model": "resnet_tiny", "base_batch": 4,
+              "factors": [1, 4], "warmup_steps": 1, "steps": 2, "link_regime": "guide",
+              "calibration_rates": ["1gbit", "200mbit"], "calibration_steps": 2}
+
+
+def test_on_the_cluster_the_1x_step_is_calibrated_to_the_guides_regime(emulated_cluster, tmp_path):
+    import json
+
+    from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
+
+    from hpcbench.cluster import load_cluster
+    from hpcbench.report.ledger import facts_of
+
+    require_cluster_prerequisites()
+    _, df = run_task_on_cluster(emulated_cluster, tmp_path / "run", "batch_scaling", ON_CLUSTER)
+    points = df[df["metric"] == "regime_calibration_busy"]
+    rates = [json.loads(lab)["link_rate_bps"] for lab in points["labels"]]
+    assert rates[:2] == [1e9, 2e8] and len(rates) <= 3  # the configured rates, then the refinement at the solved one
+    (note,) = df[df["metric"] == "regime_calibration"]["text"]
+    print(f"regime: {note}")  # the regime reached, for the record (pytest -s)
+    facts = facts_of(df)
+    assert facts["regime.target_busy"] == pytest.approx(1 / 12) and 0 < facts["regime.reached_busy"] < 1.5
+    if "not steered" not in note:
+        assert 10e6 <= facts["regime.link_rate_bps"] <= 10e9
+    tput = df[df["metric"] == "throughput_per_rank"]
+    assert len(tput) == 2 * 2 * 2 and (tput["value"] > 0).all()   # regimes x factors x steps
+    assert load_cluster(emulated_cluster.state_dir).spec.link_rate == "1gbit"  # put back

@@ -199,6 +199,18 @@ def test_comm_share_and_bucket_sweep_records(modes_run):
     assert {lab["comm"] for lab in _labels(steps)} == {"mode", "noop"}
 
 
+def test_the_first_resnet_records_its_regime_without_a_cluster_to_steer(modes_run):
+    from hpcbench.report.ledger import facts_of
+
+    _, df = modes_run
+    facts = facts_of(df)
+    assert facts["regime.model"] == "resnet_tiny"
+    assert facts["regime.target_busy"] == pytest.approx(0.158, abs=1e-3)
+    assert 0 < facts["regime.reached_busy"] < 1.5 and facts["regime.link_rate_bps"] is None  # NaN: not shaped
+    (note,) = df[df["metric"] == "regime_calibration"]["text"]
+    assert "not steered: no emulated cluster" in note and "judged steps: resnet_tiny ddp" in note
+
+
 def test_comm_modes_notebook_runs_tiny(tmp_path):
     from conftest import execute_notebook
 

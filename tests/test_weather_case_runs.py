@@ -83,6 +83,62 @@ def test_notebook_prints_the_check_and_an_inconclusive_verdict_on_one_loopback(n
     assert "C7: inconclusive" in text and "not applicable: ran on emulated nodes, one loopback" in text
 
 
+def test_without_a_cluster_the_regime_is_measured_not_steered(notebook_run):
+    from hpcbench.report.ledger import facts_of
+
+    records, *_ = notebook_run
+    facts = facts_of(records)
+    assert facts["regime.target_busy"] == 0.61 and 0 < facts["regime.reached_busy"] < 2
+    assert facts["regime.link_rate_bps"] is None  # NaN: no link was shaped
+    (note,) = records[records["metric"] == "regime_calibration"]["text"]
+    assert "not steered: no emulated cluster" in note
+    assert not (records["metric"] == "regime_calibration_busy").any()
+
+
+# -- on the emulated cluster: the regime calibrated inside the launch ------------------------------------
+
+#: Calibrated at 2 rates (2 timed steps each), the judged steps of the guide's three stages at the solved rate.
+ON_CLUSTER = {**TINY, "stages": ["original", "comm_tuned", "full"], "trace": False, "backend": "gloo",
+              "calibration_rates": ["1gbit", "100mbit"], "calibration_steps": 2, "steps": 3}
+
+
+@pytest.fixture(scope="module")
+def cluster_run(emulated_cluster, tmp_path_factory):
+    from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
+
+    require_cluster_prerequisites()
+    run_dir = tmp_path_factory.mktemp("weather_case_cluster") / "run"
+    _, df = run_task_on_cluster(emulated_cluster, run_dir, "weather_case", ON_CLUSTER)
+    return df, emulated_cluster
+
+
+def test_on_the_cluster_the_link_is_calibrated_to_the_guides_regime_and_put_back(cluster_run):
+    import subprocess
+
+    from hpcbench.cluster import load_cluster
+    from hpcbench.cluster.network import parse_rate
+    from hpcbench.report.ledger import facts_of
+
+    df, cluster = cluster_run
+    points = df[df["metric"] == "regime_calibration_busy"]
+    rates = [json.loads(lab)["link_rate_bps"] for lab in points["labels"]]
+    # the configured rates, then (at most) one refinement at the first solved rate
+    assert rates[:2] == [parse_rate(r) for r in ON_CLUSTER["calibration_rates"]] and len(rates) <= 3
+    assert ((points["value"] > 0) & (points["value"] < 1.5)).all()
+    facts = facts_of(df)
+    (note,) = df[df["metric"] == "regime_calibration"]["text"]
+    print(f"regime: {note}")  # the regime reached, for the record (pytest -s)
+    assert facts["regime.target_busy"] == 0.61 and 0 < facts["regime.reached_busy"] < 1.5
+    assert facts["link_rate_bps"] == parse_rate("1gbit")  # the launch started on the cluster's own link
+    if "not steered" not in note:
+        assert 10e6 <= facts["regime.link_rate_bps"] <= 10e9 and "judged steps: original" in note
+    # after the run: cluster.json and both ends of every link at the cluster's own rate again
+    assert load_cluster(cluster.state_dir).spec.link_rate == cluster.spec.link_rate == "1gbit"
+    for node in cluster.nodes:
+        host = subprocess.run(["tc", "qdisc", "show", "dev", node.veth_host], capture_output=True, text=True).stdout
+        assert "1Gbit" in host, host
+
+
 # -- the data, prepared in the driver --------------------------------------------------------------------
 
 def test_prepare_data_generates_once_and_the_reader_checks_the_grid(tmp_path):

@@ -107,3 +107,81 @@ def link_phase(names: list[str], rate: str) -> Iterator[LinkPhase]:
         got = reshape_from_host(cluster, phase.original)
         phase.restored = got == phase.original
         phase.actions.append(f"links put back to {got}")
+
+
+class SteeredLink:
+    """Every node link set to one rate after another inside a task, the cluster's own rate put back on exit.
+
+    For a calibration run by a rank (the lead) while the others wait: :meth:`set` reshapes and
+    returns the rate cluster.json holds; leaving the ``with`` block always puts the original rate
+    back, also on errors. Without the emulated cluster ``shaped`` stays False, ``why_not`` says
+    why, and :meth:`set` is refused.
+    """
+
+    def __init__(self) -> None:
+        from hpcbench.cluster.node_faults import cluster_of
+
+        self.cluster = cluster_of()
+        self.original: str | None = self.cluster.spec.link_rate if self.cluster is not None else None
+        self.current: str | None = self.original
+        self.restored: bool | None = None
+        self.touched = False
+        self.actions: list[str] = []
+        self.why_not = "" if self.cluster is not None else (
+            "no emulated cluster (SLURM_CONF's folder holds no cluster.json): the ranks share this machine's "
+            "loopback, whose rate nothing here can set")
+
+    @property
+    def can_shape(self) -> bool:
+        return self.cluster is not None
+
+    def set(self, rate: str) -> str:
+        """Every node link to ``rate`` (tc syntax); returns the rate cluster.json holds afterwards."""
+        if self.cluster is None:
+            raise LinkPhaseError(self.why_not)
+        self.touched = True  # a reshape that fails half-way is put back too
+        self.current = reshape_from_host(self.cluster, rate)
+        self.actions.append(f"links at {self.current}")
+        return self.current
+
+    def __enter__(self) -> "SteeredLink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cluster is None or not self.touched:
+            return
+        got = reshape_from_host(self.cluster, self.original)
+        self.restored = got == self.original
+        self.current = got
+        self.actions.append(f"links put back to {got}")
+
+
+def tc_rate(rate_bps: float) -> str:
+    """``rate_bps`` in tc syntax, whole kbit/s (tc and :func:`hpcbench.cluster.network.parse_rate` read it)."""
+    return f"{max(1, int(round(rate_bps / 1e3)))}kbit"
+
+
+def agreed(flag: bool, device) -> bool:
+    """Rank 0's ``flag`` on every rank (collective)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64, device=device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def shape_on_ranks(steer: SteeredLink, rate_bps: float, *, lead: bool, device) -> None:
+    """Rank 0 reshapes every node link to ``rate_bps``; every rank returns once it has (collective).
+
+    Raises:
+        LinkPhaseError: on every rank, when rank 0's reshape failed (its error on rank 0).
+    """
+    error: LinkPhaseError | None = None
+    if lead:
+        try:
+            steer.set(tc_rate(rate_bps))
+        except LinkPhaseError as exc:
+            error = exc
+    if not agreed(error is None, device):
+        raise error or LinkPhaseError("rank 0 could not reshape the node links (its records and log say why)")

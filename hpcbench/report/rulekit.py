@@ -60,6 +60,8 @@ def _fact_text(value: Any) -> str:
 
 
 SESSION = "session"
+#: Reasons a member is not counted that name their own kind, shown without "not applicable: ".
+SELF_DESCRIBING = ("context:", "inconclusive:")
 
 
 def launch_groups(evidence: Evidence, ignore_params: Iterable[str] = ()) -> list[tuple[str, pd.DataFrame]]:
@@ -188,7 +190,9 @@ def _assemble(evidence: Evidence, members: list[tuple[str, str, str | None]], ju
     several_groups = len({g for g, _, _ in members}) > 1
     for (group_text, label, why_not), outcome in zip(members, judged):
         if why_not:
-            outcome = Outcome(INCONCLUSIVE, outcome.interval, outcome.reference, f"not applicable: {why_not}")
+            # A reason that already says what it is ("context: ...", "inconclusive: regime ...") is shown as it is.
+            shown = why_not if why_not.startswith(SELF_DESCRIBING) else f"not applicable: {why_not}"
+            outcome = Outcome(INCONCLUSIVE, outcome.interval, outcome.reference, shown)
             reasons.append(why_not)
         else:
             applicable.append(outcome)

@@ -40,10 +40,13 @@ def series_rows(name, *, tput, loss=0.01, wire_ratio=None, bits=None, agree=True
     return rows
 
 
-def launch_rows(k, *, gain=1.3, wire_ratio=WIRE_RATIO, bits=2, loss_ratio=1.01, agree=True):
-    """One launch: none, fp16 and quant2bit (+ the ablation) on weather_tiny, as the worker records them."""
+def launch_rows(k, *, gain=1.3, wire_ratio=WIRE_RATIO, bits=2, loss_ratio=1.01, agree=True, busy=0.6):
+    """One launch: none, fp16 and quant2bit (+ the ablation) on weather_tiny, as the worker records them; the
+    no-op series' steps are ``busy`` x none's (none's busy share, the regime of level 2)."""
     base = 100.0
-    return (series_rows("none", tput=base, loss=0.01, bits=32, seed=k * 31)
+    noop = [("step_time", noisy(4 / base * busy, seed=k * 31 + 1), "s",
+             {"model": "weather_tiny", "mode": "ddp", "compression": "noop"})]
+    return (noop + series_rows("none", tput=base, loss=0.01, bits=32, seed=k * 31)
             + series_rows("fp16", tput=base * 1.1, loss=0.01, wire_ratio=0.5, bits=16, seed=k * 31 + 5)
             + series_rows("quant2bit", tput=base * gain, loss=0.01 * loss_ratio, wire_ratio=wire_ratio, bits=bits,
                           agree=agree, skip_exact=True, seed=k * 31 + 9)
@@ -98,6 +101,14 @@ def test_c8_not_reproduced_when_the_gain_is_small(tmp_path):
     row = c8(tmp_path, gain=0.9)
     assert row.verdict == "not reproduced", row.measured
     assert row.outcomes[0].verdict == "reproduced" and row.outcomes[1].verdict == "not reproduced"
+
+
+@pytest.mark.parametrize("gain", [0.9, 1.3])
+def test_c8_effect_outside_the_cases_regime_is_inconclusive_never_not_reproduced(tmp_path, gain):
+    row = c8(tmp_path, gain=gain, busy=0.85)  # CPU ranks on a fast link: none 85 % busy
+    assert row.verdict == "inconclusive", row.measured
+    assert row.outcomes[0].verdict == "reproduced"  # the bytes are judged whatever the regime
+    assert "inconclusive: regime 85% busy (none) vs the guide's 61% (+-5 points)" in row.measured
 
 
 def test_c8_not_reproduced_when_the_bytes_are_not_2_bit(tmp_path):

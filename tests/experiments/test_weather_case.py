@@ -17,7 +17,17 @@ from hpcbench.experiments.weather_case.traffic import (compressed_node_bytes, fl
 from hpcbench.report.kit import ExperimentData
 from hpcbench.report.ledger import evaluate_claim
 
-PARAMS = {"nodes": 2, "ranks_per_node": 2, "model": "weather_tiny", "steps": 12}
+PARAMS = {"nodes": 2, "ranks_per_node": 2, "model": "weather_tiny", "steps": 12, "regime": "guide"}
+FIXED = {**PARAMS, "regime": "fixed"}
+
+
+def regime(reached: float, rate: float = 3e8) -> dict:
+    """The regime facts of a calibrated launch whose original reached ``reached`` busy at ``rate``."""
+    return {"regime.target_busy": 0.61, "regime.reached_busy": reached, "regime.link_rate_bps": rate}
+
+
+#: Calibrated on the shaped link, original 62 % busy in the judged steps: the guide's regime.
+GUIDE = {**SHAPED, **regime(0.62)}
 BASE_S = 0.2  # original's time per micro-step in these synthetic launches
 
 
@@ -43,8 +53,8 @@ def case_rows(speedups: dict[str, float], *, seed: int = 0, losses: dict[str, fl
     return rows
 
 
-def c7(tmp_path, speedups, n=6, facts=SHAPED, backend="gloo", **kw):
-    records = launches(tmp_path, "weather_case", lambda k: case_rows(speedups, seed=k, **kw), n, params=PARAMS,
+def c7(tmp_path, speedups, n=6, facts=GUIDE, backend="gloo", params=PARAMS, **kw):
+    records = launches(tmp_path, "weather_case", lambda k: case_rows(speedups, seed=k, **kw), n, params=params,
                        facts=facts, backend=backend)
     return evaluate_claim("C7", records), records
 
@@ -107,8 +117,9 @@ def test_c7_reproduced_when_both_levels_reach_their_bands_on_the_shaped_link(tmp
     assert "level 1: original / comm_tuned: 1.50x" in row.measured and "reference >= 1.28x" in row.measured
     assert "level 2: original / full: 3.50x" in row.measured and "reference >= 2.75x" in row.measured
     assert "6 launches x 12 steps" in row.measured and len(row.outcomes) == 2
-    # the platform differences are stated from the recorded facts
-    assert "200 Mbit/s" in row.detail and "1/1,000 of the guide's 200 Gb/s" in row.detail
+    # the platform differences are stated from the recorded facts: the link the judged steps ran on
+    assert "300 Mbit/s" in row.detail and "1/667 of the guide's 200 Gb/s" in row.detail
+    assert "61% busy +-5 points" in row.detail and "256 ms computing" in row.detail
     assert "gloo against the guide's NCCL" in row.detail and "CPU cores" in row.detail
 
 
@@ -131,7 +142,7 @@ def test_c7_without_a_slow_link_is_inconclusive_whatever_the_values(tmp_path, sp
 
 
 def test_c7_applies_on_real_slurm_nodes_and_names_their_gpus(tmp_path):
-    row, _ = c7(tmp_path, GUIDE_LIKE, facts=GPU_IB, backend="nccl")
+    row, _ = c7(tmp_path, GUIDE_LIKE, facts={**GPU_IB, **regime(0.58, float("nan"))}, backend="nccl")
     assert row.verdict == "reproduced" and "8 GPU(s) per node recorded" in row.detail
 
 
@@ -150,11 +161,56 @@ def test_c7_not_reproduced_stays_when_the_other_level_is_dropped(tmp_path):
 
 def test_c7_failed_tasks_never_count(tmp_path):
     records = launches(tmp_path, "weather_case", lambda k: case_rows(GUIDE_LIKE, seed=k), 6, params=PARAMS,
-                       facts=SHAPED, backend="gloo")
+                       facts=GUIDE, backend="gloo")
     statuses = {(run, task): ("failed" if task.endswith("r0") else "done")
                 for run, task in zip(records["run_id"], records["task_id"])}
     row = evaluate_claim("C7", records, statuses=statuses)
     assert "5 launches" in row.measured and "task failed" in row.detail
+
+
+# -- C7: the regime (dynamic similarity) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("speedups", [GUIDE_LIKE, {"original": 1.0, "comm_tuned": 1.0, "full": 1.3}])
+def test_c7_calibrated_launches_that_missed_the_regime_are_inconclusive_never_not_reproduced(tmp_path, speedups):
+    row, _ = c7(tmp_path, speedups, facts={**SHAPED, **regime(0.85)})
+    assert row.verdict == "inconclusive", row.measured
+    assert "inconclusive: regime 85% busy (original) vs the guide's 61% (+-5 points)" in row.measured
+    assert "not reproduced" not in row.measured
+
+
+def test_c7_regime_band_is_five_points_either_side(tmp_path):
+    assert c7(tmp_path / "a", GUIDE_LIKE, facts={**SHAPED, **regime(0.655)})[0].verdict == "reproduced"
+    assert c7(tmp_path / "b", GUIDE_LIKE, facts={**SHAPED, **regime(0.565)})[0].verdict == "reproduced"
+    assert c7(tmp_path / "c", GUIDE_LIKE, facts={**SHAPED, **regime(0.665)})[0].verdict == "inconclusive"
+
+
+@pytest.mark.parametrize("params", [FIXED, {k: v for k, v in PARAMS.items() if k != "regime"}])
+def test_c7_fixed_link_launches_are_context_rows_with_their_regime(tmp_path, params):
+    # the values would reproduce, but a fixed link is not the guide's regime; records made before the
+    # parameter existed count as fixed
+    row, _ = c7(tmp_path, GUIDE_LIKE, facts=SHAPED, params=params)
+    assert row.verdict == "inconclusive", row.measured
+    assert "context: a fixed link, original at 60% busy against the guide's 61%" in row.measured
+    assert "3.50x" in row.measured  # the context row still shows what was measured
+
+
+def test_c7_judges_only_the_calibrated_launches_beside_fixed_context_rows(tmp_path):
+    calibrated = launches(tmp_path, "weather_case", lambda k: case_rows(GUIDE_LIKE, seed=k), 6, params=PARAMS,
+                          facts=GUIDE, backend="gloo")
+    fixed = launches(tmp_path, "weather_case", lambda k: case_rows({"original": 1.0, "comm_tuned": 1.0, "full": 1.1},
+                                                                    seed=k, busy=0.85), 6,
+                     params=FIXED, facts=SHAPED, backend="gloo", run_id="run2")
+    row = evaluate_claim("C7", pd.concat([calibrated, fixed], ignore_index=True))
+    assert row.verdict == "reproduced", row.measured
+    assert len(row.outcomes) == 4 and sum("context: a fixed link" in o.describe() for o in row.outcomes) == 2
+    assert "context: a fixed link, original at 85% busy" in row.measured
+
+
+def test_guide_regime_arithmetic():
+    from hpcbench.experiments.weather_case.config import GUIDE_REGIME
+
+    assert GUIDE_REGIME.target_busy == 0.61 and GUIDE_REGIME.baseline == "original"
+    assert 0.61 * 420 == pytest.approx(256.2) and "164 ms waiting" in GUIDE_REGIME.arithmetic
 
 
 def test_the_bands_are_fixed_from_the_guides_figures():
@@ -217,6 +273,11 @@ def test_report_section_puts_the_guides_table_beside_ours(tmp_path):
     ({"model": "gpt2_tiny"}, "model", "weather_tiny"),
     ({"skip_compression": [" "]}, "skip_compression", "non-empty"),
     ({"data_source": "synthetic", "data": "/data/weather"}, "data", "one or the other"),
+    ({"stages": ["comm_tuned", "full"]}, "regime", "calibrates original's busy share"),
+    ({"calibration_rates": ["1gbit"]}, "calibration_rates", "2-3 distinct rates"),
+    ({"calibration_rates": ["1gbit", "1000mbit"]}, "calibration_rates", "2-3 distinct rates"),
+    ({"calibration_rates": ["1gbit", "fast"]}, "calibration_rates", "not a tc rate"),
+    ({"calibration_rates": ["1gbit", "1mbit"]}, "calibration_rates", "within 10..10000 Mbit/s"),
 ])
 def test_bad_config_names_the_field(values, field, words):
     with pytest.raises(ConfigError) as exc:
@@ -236,6 +297,8 @@ def test_estimate_grows_with_the_model_and_the_stages():
     tiny = spec.estimate(WeatherCaseConfig())
     small = spec.estimate(WeatherCaseConfig.from_dict({"model": "weather_small"}))
     few = spec.estimate(WeatherCaseConfig.from_dict({"stages": ["original", "comm_tuned", "full"]}))
+    fixed = spec.estimate(WeatherCaseConfig.from_dict({"regime": "fixed"}))
+    assert fixed.seconds < tiny.seconds and "link reshapes" in tiny.basis and "reshapes" not in fixed.basis
     assert tiny.ranks == 4 and tiny.seconds and small.memory_per_rank > tiny.memory_per_rank
     assert few.memory_per_rank < tiny.memory_per_rank and few.seconds < tiny.seconds
     assert "no-op twin" in tiny.basis and "forecasting pairs" in tiny.basis

@@ -12,6 +12,8 @@ from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, tra
 #: Alive at once (worker.run_worker): the base model's weights, and the DDP copy's weights,
 #: gradients and buckets; SGD without momentum keeps no state.
 STATE_COPIES = 4
+#: One reshape of every node link (a Python start in the host's namespace, two tc commands per link end).
+_RESHAPE_S = 1.5
 
 
 def estimate(cfg: BatchScalingConfig) -> Estimate:
@@ -20,8 +22,10 @@ def estimate(cfg: BatchScalingConfig) -> Estimate:
     speed = GPU_SPEED if gpu else CPU_SPEED
     ranks = cfg.nodes * cfg.ranks_per_node
     largest = cfg.base_batch * max(cfg.factors)  # both regimes reach it: larger_batch at the top factor
+    # with link_regime "guide" the 1x step's DDP model and its no-op twin stay alive (3 copies each)
+    copies = STATE_COPIES + (6 if cfg.link_regime == "guide" else 0)
     peak = training_memory(cfg.model, samples=largest, image_size=cfg.image_size, seq_len=cfg.seq_len,
-                           state_copies=STATE_COPIES)
+                           state_copies=copies)
     seconds: float | None = TASK_STARTUP_S
     for regime in cfg.regimes:
         for factor in cfg.factors:
@@ -32,13 +36,19 @@ def estimate(cfg: BatchScalingConfig) -> Estimate:
                 seconds = None
                 continue
             seconds += (cfg.warmup_steps + cfg.steps) * step
+    if cfg.link_regime == "guide" and seconds is not None:
+        # the 1x step and its twin at each rate (1 + calibration_steps each), the twin after the sweep, reshapes
+        one = training_step_seconds(cfg.model, samples=cfg.base_batch, image_size=cfg.image_size,
+                                    seq_len=cfg.seq_len, ranks=ranks, speed=speed) or 0.0
+        seconds += ((len(cfg.calibration_rates) + 1) * 2 * (1 + cfg.calibration_steps) + 1 + cfg.steps) * one
+        seconds += (len(cfg.calibration_rates) + 3) * _RESHAPE_S
     if peak is None:
         return Estimate(RANK_BYTES, ranks, None,
                         basis=f"no footprint for {cfg.model}: one bare process per rank, the model not counted")
     return Estimate(
         memory_per_rank=RANK_BYTES + (0 if gpu else peak), ranks=ranks, seconds=seconds,
         device_memory_per_rank=peak if gpu else 0,
-        basis=f"{STATE_COPIES} float32 copies of {cfg.model}'s parameters + 2x its layer outputs for the largest "
+        basis=f"{copies} float32 copies of {cfg.model}'s parameters + 2x its layer outputs for the largest "
               f"micro-batch of {largest}: {approx_bytes(peak)} per rank {'on the GPU' if gpu else 'in host memory'}, "
               f"+ {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task")
 

@@ -4,11 +4,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcbench.cluster.network import parse_rate
 from hpcbench.core.config import DistributedConfig, param
+from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.modes import MODE_NAMES, MODES
+from hpcbench.scale.regime import MAX_RATE_BPS, MIN_RATE_BPS, REGIMES as LINK_REGIMES, GuideRegime
 
 REGIMES = ("larger_batch", "fixed_global_batch")
+
+
+def guide_sync_per_compute(gain: float = 1 + GUIDE_C2_GAIN, k: int = GUIDE_C2_BATCH_FACTOR) -> float:
+    """m / c: the per-step synchronisation ``m`` over one micro-batch's compute ``c`` that gives ``gain`` from
+    ``k``-fold accumulation: ``k (c + m) / (k c + m) = gain``  =>  ``m / c = k (gain - 1) / (k - gain)``."""
+    return k * (gain - 1.0) / (k - gain)
+
+
+#: C2's regime: the share of the 1x step (one micro-batch, one synchronisation) spent computing.
+GUIDE_REGIME = GuideRegime(
+    claim="C2", target_busy=1.0 / (1.0 + guide_sync_per_compute()), baseline="larger_batch 1x",
+    arithmetic=f"the guide's {1 + GUIDE_C2_GAIN:.1f}x from {GUIDE_C2_BATCH_FACTOR}x accumulation: "
+               f"{GUIDE_C2_BATCH_FACTOR} (c + m) / ({GUIDE_C2_BATCH_FACTOR} c + m) = {1 + GUIDE_C2_GAIN:.1f} gives "
+               f"m = {guide_sync_per_compute():.0f} c, so the 1x step is c / (c + m) = 1/12 busy and its "
+               f"synchronisation {guide_sync_per_compute() / (1 + guide_sync_per_compute()):.0%} of it")
+"""The guide's regime for C2, derived from its own figure.
+
+The guide's +220 % (3.2x) per GPU from a batch 4x the cloud batch by gradient accumulation: with
+``c`` the compute of one micro-batch and ``m`` the per-step cost that accumulation amortises (the
+gradient synchronisation), 4 micro-batches per synchronisation take ``4c + m`` where 4 steps took
+``4 (c + m)``, so 4 (c + m) / (4c + m) = 3.2  =>  4c + 4m = 12.8c + 3.2m  =>  0.8m = 8.8c  =>  m = 11c.
+The 1x step is then c / 12c = 8.3 % busy and 11/12 = 92 % synchronisation. Check: 4 x 12 / 15 = 3.2.
+A scale model matches C2 only where its 1x step is that communication-bound: two nodes (so that there
+is an inter-node synchronisation), the link slowed until the 1x step is ~8 % busy.
+"""
 
 
 @dataclass
@@ -31,6 +59,20 @@ class BatchScalingConfig(DistributedConfig):
     warmup_steps: int = param(1, "untimed optimizer steps per batch size", min=0, max=1000)
     steps: int = param(4, "timed optimizer steps per batch size; each one is kept as a sample", min=1, max=100000)
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)
+    link_regime: str = param("guide", "guide: before the sweep, measure the 1x step's busy share (against its "
+                                      "no-op twin) at each of calibration_rates, fit busy = c / (c + a + B / rate) "
+                                      "(hpcbench.scale.regime) and shape every node link to the rate at which the 1x "
+                                      "step is 1/12 busy, the guide's regime (emulated cluster only; put back "
+                                      "afterwards); the verdict counts only launches that reached it. fixed: the "
+                                      "link as it is (context rows). Named link_regime: 'regimes' are the batch "
+                                      "regimes", choices=LINK_REGIMES)
+    calibration_rates: list[str] = param(["1gbit", "300mbit", "100mbit"], "link rates (tc syntax) at which the "
+                                         "calibration measures the 1x step's busy share; 2-3 rates bracketing the "
+                                         "guide's regime (resnet_tiny's 20 MB of gradients at batch 4 on CPU ranks: "
+                                         "~1/12 busy near 300 Mbit/s)",
+                                         allowed="2-3 distinct tc rates within 10mbit..10gbit")
+    calibration_steps: int = param(3, "timed steps of the 1x step and its no-op twin per calibration rate (after 1 "
+                                      "untimed)", min=2, max=100)
 
     def validate(self) -> None:
         if not self.factors:
@@ -51,6 +93,25 @@ class BatchScalingConfig(DistributedConfig):
         spec = MODELS.get(self.model)
         if spec.kind == "text" and self.seq_len > spec.max_seq_len:
             raise self._error("seq_len", f"{self.seq_len} exceeds {self.model}'s block size {spec.max_seq_len}")
+        self.check_link_regime()
+
+    def check_link_regime(self) -> None:
+        if self.link_regime != "guide":
+            return
+        if 1 not in self.factors or "larger_batch" not in self.regimes:
+            raise self._error("link_regime", "'guide' calibrates the larger_batch 1x step, which the sweep lacks "
+                                             f"(factors {self.factors}, regimes {self.regimes})")
+        rates = []
+        for text in self.calibration_rates:
+            try:
+                rates.append(parse_rate(text))
+            except ValueError as exc:
+                raise self._error("calibration_rates", str(exc)) from None
+        if not 2 <= len(set(rates)) == len(rates) <= 3:
+            raise self._error("calibration_rates", f"{self.calibration_rates}: give 2-3 distinct rates")
+        if not all(MIN_RATE_BPS <= r <= MAX_RATE_BPS for r in rates):
+            raise self._error("calibration_rates", f"{self.calibration_rates}: every rate within "
+                                                   f"{MIN_RATE_BPS / 1e6:g}..{MAX_RATE_BPS / 1e6:g} Mbit/s")
 
     def plan(self, regime: str, factor: int) -> tuple[int, int]:
         """(micro-batch per rank, micro-steps per optimizer step) of one regime and factor."""

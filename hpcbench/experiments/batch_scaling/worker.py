@@ -19,16 +19,22 @@ to say what bounds the gain on the machine that ran it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import resource
+import statistics
 import threading
 import time
 
+from hpcbench.cluster.link_phase import SteeredLink
+from hpcbench.cluster.network import parse_rate
 from hpcbench.core.results import RecordWriter
 from hpcbench.dist.topology import Topology
-from hpcbench.experiments.batch_scaling.config import BatchScalingConfig
+from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME, BatchScalingConfig
 from hpcbench.models import MODELS
 from hpcbench.parallel.modes import parallelize
+from hpcbench.scale.regime import Calibration, busy_share, calibrate_on_ranks, regime_facts
+from hpcbench.system.facts import write_facts
 
 # -- memory -------------------------------------------------------------------------------
 
@@ -75,21 +81,51 @@ class RssPeak:
 # -- the worker ---------------------------------------------------------------------------
 
 def run_worker(cfg: BatchScalingConfig, topo: Topology, writer: RecordWriter) -> None:
-    """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
-    import copy
+    """Entry point on every rank (see :func:`hpcbench.dist.launch`).
 
+    With ``link_regime="guide"`` the sweep runs inside the guide's regime: the 1x step and its
+    no-op twin are timed at each calibration rate, the link shaped to the solved rate
+    (:func:`hpcbench.scale.regime.calibrate_on_ranks`), the sweep timed there, the twin timed
+    once more for the reached busy share, and the links put back.
+    """
     import torch
     import torch.distributed as dist
 
-    from hpcbench.dist.worker import progress, rank_setup
+    from hpcbench.dist.worker import rank_setup
 
     rank = rank_setup(cfg, topo)
-    cuda, device, sync = rank.backend == "nccl", rank.device, rank.sync
+    device, sync = rank.device, rank.sync
     spec = MODELS.get(cfg.model)
     torch.manual_seed(cfg.seed)
     base = spec.build().to(device)
     items_per_sample = spec.items_per_sample(seq_len=cfg.seq_len)
     lead = rank.lead
+    steer = SteeredLink() if cfg.link_regime == "guide" else None
+    with steer if steer is not None else contextlib.nullcontext():
+        baseline = BaselineTwin(cfg, topo, base, device) if steer is not None else None
+        calibration = (calibrate_on_ranks(steer, lambda: baseline.busy(cfg.calibration_steps, sync),
+                                          [parse_rate(r) for r in cfg.calibration_rates], GUIDE_REGIME.target_busy,
+                                          lead=lead, device=device)
+                       if baseline is not None and topo.nodes > 1 else None)
+        judged = _sweep(cfg, topo, rank, writer, spec, base, items_per_sample)
+        compute = baseline.compute(cfg.steps, sync) if baseline is not None else None
+        dist.barrier()  # every rank done with the judged steps before rank 0 puts the links back
+    if baseline is not None and lead:
+        write_regime(writer, calibration, steer, judged, compute, topo)
+
+
+def _sweep(cfg: BatchScalingConfig, topo: Topology, rank, writer: RecordWriter, spec, base,
+           items_per_sample: int) -> list[float]:
+    """Every (regime, factor) of the config, timed; returns the larger_batch 1x step times (the baseline's)."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+
+    from hpcbench.dist.worker import progress
+
+    cuda, device, sync, lead = rank.backend == "nccl", rank.device, rank.sync, rank.lead
+    baseline_times: list[float] = []
     for regime in cfg.regimes:
         for factor in sorted(cfg.factors):  # ascending: RSS never shrinks, so each value bounds its own need
             micro, accum = cfg.plan(regime, factor)
@@ -124,6 +160,8 @@ def run_worker(cfg: BatchScalingConfig, topo: Topology, writer: RecordWriter) ->
             dist.all_reduce(flat, op=dist.ReduceOp.MAX)
             dist.all_reduce(mem, op=dist.ReduceOp.MAX)
             flat = flat.cpu().tolist()
+            if (regime, factor) == BASELINE:
+                baseline_times = flat
             progress(f"{regime} x{factor}: step p50 {sorted(flat)[len(flat) // 2] * 1e3:.1f} ms")
             del model, opt, x, y
             if not lead:
@@ -135,6 +173,76 @@ def run_worker(cfg: BatchScalingConfig, topo: Topology, writer: RecordWriter) ->
             how = ("torch.cuda.max_memory_allocated" if cuda else
                    "peak resident set size of the rank process during the steps (an upper bound)")
             writer.add("memory_per_rank", float(mem[0]) / (1 << 20), "MiB", labels=labels, text=how)
+    return baseline_times
+
+
+# -- the guide's regime ---------------------------------------------------------------------
+
+#: The arm whose busy share is matched to the guide's: one micro-batch, one synchronisation per step.
+BASELINE = ("larger_batch", 1)
+
+
+class BaselineTwin:
+    """The 1x step and the same step under a no-op comm hook (its compute), for the regime's busy share."""
+
+    def __init__(self, cfg: BatchScalingConfig, topo: Topology, base, device) -> None:
+        import copy
+
+        import torch
+
+        from hpcbench.parallel.overlap import accumulation_step
+
+        spec = MODELS.get(cfg.model)
+        micro, _ = cfg.plan(*BASELINE)
+        batch = spec.synthetic_batch(micro, device=device, seed=cfg.seed * 100003 + topo.rank,
+                                     image_size=cfg.image_size, seq_len=cfg.seq_len)
+        self.device = device
+        self.runs = {}
+        for comm in ("mode", "noop"):
+            model = parallelize(copy.deepcopy(base), cfg.mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device,
+                                comm=comm)
+            opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+            self.runs[comm] = lambda m=model, o=opt: accumulation_step(m, [batch], spec.loss, o)
+
+    def busy(self, steps: int, sync) -> float:
+        """The 1x step's busy share on the link as it is now (collective; the slowest rank's times)."""
+        from hpcbench.dist.worker import progress
+        from hpcbench.parallel.overlap import interleaved_step_times
+
+        t = interleaved_step_times(self.runs, device=self.device, steps=steps, warmup=1, sync=sync)
+        share = busy_share(t["mode"], t["noop"])
+        progress(f"calibration: larger_batch 1x {share:.0%} busy")
+        return share
+
+    def compute(self, steps: int, sync) -> list[float]:
+        """The no-op twin's step times (the 1x step's compute), collective."""
+        from hpcbench.parallel.overlap import interleaved_step_times
+
+        return interleaved_step_times({"noop": self.runs["noop"]}, device=self.device, steps=steps, warmup=1,
+                                      sync=sync)["noop"]
+
+
+def write_regime(writer: RecordWriter, calibration: Calibration | None, steer: SteeredLink, judged: list[float],
+                 compute: list[float], topo: Topology) -> None:
+    """The calibration's points and the regime facts the C2 rule reads (``fact.regime.*``).
+
+    The reached busy share is the median no-op step over the median judged 1x step: both timed at the
+    link the judged steps ran on, the twin right after the sweep.
+    """
+    from hpcbench.cluster.network import parse_rate
+
+    if calibration is None:
+        calibration = Calibration((), None, None, why_not="one node: no inter-node link to steer by")
+    for p in calibration.points:
+        writer.add("regime_calibration_busy", p.busy, "fraction", labels={"link_rate_bps": p.link_rate_bps},
+                   text=f"the larger_batch 1x step's busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
+    step = statistics.median(judged) if judged else math.nan
+    reached = statistics.median(compute) / step if judged and compute and step > 0 else math.nan
+    shaped = steer.can_shape and calibration.fit is not None
+    rate = parse_rate(steer.current) if shaped and steer.current else None
+    writer.add("regime_calibration", None, "", text=calibration.describe()
+               + f"; judged steps: larger_batch 1x {reached:.0%} busy (the guide's {GUIDE_REGIME.target_busy:.0%})")
+    write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, rate))
 
 
 # -- reading the records back -------------------------------------------------------------

@@ -11,6 +11,10 @@ from hpcbench.experiments.comm_modes.summary import summarize
 from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
 
 
+#: One reshape of every node link (a Python start in the host's namespace, two tc commands per link end).
+_RESHAPE_S = 1.5
+
+
 def estimate(cfg: CommModesConfig) -> Estimate:
     """The largest model's parameters, gradients and DDP buckets for every run alive at once, plus its batch.
 
@@ -36,6 +40,13 @@ def estimate(cfg: CommModesConfig) -> Estimate:
         seconds += (steps_per_model + cfg.check) * step
         if cfg.trace and name == cfg.models[0]:  # the first combination that runs is profiled once
             seconds += TRACE_STEPS * step
+        if name == cfg.calibrated_model():
+            # ddp and its twin at each calibration rate, the twin after the model's runs, each reshape and the
+            # restore; the twin pair stays alive beside the runs (3 copies each)
+            seconds += ((len(cfg.calibration_rates) + 1) * 2 * (1 + cfg.calibration_steps) + 1 + cfg.steps) * step
+            seconds += (len(cfg.calibration_rates) + 3) * _RESHAPE_S
+            need = training_memory(name, state_copies=copies + 6, **shape) or need
+            peak = max(peak, need)
     basis = (f"{copies} float32 copies of the largest model's parameters + 2x its layer outputs for a batch of "
              f"{cfg.batch_size}: {approx_bytes(peak)} per rank {'on the GPU' if gpu else 'in host memory'}, "
              f"+ {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task")

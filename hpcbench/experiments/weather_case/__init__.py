@@ -15,6 +15,8 @@ from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, tra
 
 #: Rough speed of writing the generated HDF5 set (numpy rendering + h5py), bytes per second.
 _GENERATE_BYTES_S = 50e6
+#: One reshape of every node link (a Python start in the host's namespace, two tc commands per link end).
+_RESHAPE_S = 1.5
 
 
 def estimate(cfg: WeatherCaseConfig) -> Estimate:
@@ -46,8 +48,13 @@ def estimate(cfg: WeatherCaseConfig) -> Estimate:
                       for s in stages)
     if cfg.trace:  # the first stage is profiled once
         micro_steps += TRACE_STEPS * stages[0].micro_steps(cfg.micro_steps)
+    calibration_s = 0.0
+    if cfg.regime == "guide":  # original + its twin at each rate, each rate's reshape, the final one and the restore
+        rates = len(cfg.calibration_rates) + 1  # + the refinement at the solved rate
+        micro_steps += rates * 2 * (1 + cfg.calibration_steps)
+        calibration_s = (rates + 2) * _RESHAPE_S
     generated = ranks * data_bytes / 2 if cfg.data_source == "hdf5" and not cfg.data else 0
-    seconds = TASK_STARTUP_S + micro_steps * micro + generated / _GENERATE_BYTES_S
+    seconds = TASK_STARTUP_S + micro_steps * micro + generated / _GENERATE_BYTES_S + calibration_s
     peak = model_bytes + (0 if gpu else data_bytes)
     return Estimate(
         memory_per_rank=RANK_BYTES + (0 if gpu else peak), ranks=ranks, seconds=seconds,
@@ -56,7 +63,9 @@ def estimate(cfg: WeatherCaseConfig) -> Estimate:
               f"residuals per compressed stage) + 2x its layer outputs for a micro-batch of {cfg.micro_batch} "
               f"+ {pairs} forecasting pairs ({approx_bytes(data_bytes)}): {approx_bytes(peak)} per rank "
               f"{'on the GPU' if gpu else 'in host memory'}, + {approx_bytes(RANK_BYTES)} per rank process "
-              f"+ {approx_bytes(TASK_BASE_BYTES)} per task; time: {micro_steps} micro-steps of ~{micro * 1e3:.0f} ms")
+              f"+ {approx_bytes(TASK_BASE_BYTES)} per task; time: {micro_steps} micro-steps of ~{micro * 1e3:.0f} ms"
+              + (f" (with the regime calibration's, + {calibration_s:.0f} s of link reshapes)"
+                 if calibration_s else ""))
 
 
 SPEC = register(Experiment(

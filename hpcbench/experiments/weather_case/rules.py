@@ -35,6 +35,17 @@ launches of 10 steps -> inconclusive (n = ...).
 :func:`~hpcbench.report.rulekit.slow_link_problem` — the techniques spare an inter-node link, so
 the claim applies only where one exists (the emulated cluster's shaped link, or real nodes).
 
+**The regime (dynamic similarity), from recorded facts, stated before any launch was run.** The
+guide's figures hold in the guide's regime: its original was 61 % busy (420 ms/step, 256 ms of
+compute, 164 ms of exposed communication; :data:`~hpcbench.experiments.weather_case.config.GUIDE_REGIME`).
+What the techniques can save depends on that share, so the levels are judged only in launches
+calibrated to it (``regime: guide``) whose ``original`` reached it in the judged steps:
+``fact.regime.reached_busy`` within +-5 points of ``fact.regime.target_busy`` (0.61). A calibrated
+launch that missed it gives "inconclusive: regime X vs the guide's Y" — never "not reproduced", since
+a scale model outside the guide's regime cannot contradict the guide. Launches on a fixed link
+(``regime: fixed``, and every launch recorded before the parameter existed) are context rows —
+"what this looks like on my link" — shown with their values and never counted in the verdict.
+
 **What this scale model does not share with the guide's platform**, stated in every verdict the
 same way whatever the values: the ranks' compute (CPU cores here when no GPU is recorded, against
 A100s), the inter-node link (the recorded ``fact.link_rate_bps`` against HDR InfiniBand's 200 Gb/s
@@ -46,14 +57,18 @@ report shows this model's busy share beside the guide's utilisation.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C7_SPEEDUP, GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, LINK_PEAKS_GBPS
+from hpcbench.experiments.weather_case.config import GUIDE_REGIME
 from hpcbench.experiments.weather_case.stages import BASELINE
 from hpcbench.guide.claims import Claim
 from hpcbench.report.ledger import Evidence, Judgement
 from hpcbench.report.rulekit import Comparison, judge_comparisons, slow_link_problem
 from hpcbench.report.verdict import INCONCLUSIVE, NOT_REPRODUCED, gain_reference
+from hpcbench.scale.regime import FACT_RATE, key_launches_by_regime, regime_applies, with_measured_busy
 
 _ORIGINAL, _COMM, _FULL = GUIDE_C7_STEP_MS
 #: The guide's fabric, the link its figures were measured over (C16).
@@ -85,6 +100,9 @@ def platform_differences(launches: pd.DataFrame) -> str:
                if not gpus or max(float(g) for g in gpus) == 0 else
                f"{', '.join(f'{g:g}' for g in gpus)} GPU(s) per node recorded (the guide: 8 x A100)")
     rates = _values(launches, "link_rate_bps")
+    steered = [r for r in _values(launches, FACT_RATE) if pd.notna(r)]
+    if steered:  # the link the judged steps ran on, calibrated to the guide's regime
+        rates = sorted({*steered, *(_values(launches[launches[FACT_RATE].isna()], "link_rate_bps"))})
     if rates:
         link = "; ".join(f"inter-node link shaped to {r / 1e6:g} Mbit/s, 1/{guide_gbit * 1e9 / r:,.0f} of the "
                          f"guide's {guide_gbit:.0f} Gb/s HDR per NIC" for r in rates)
@@ -99,16 +117,30 @@ def platform_differences(launches: pd.DataFrame) -> str:
             f"guide's {GUIDE_C7_UTIL[0]:.0%} utilisation, shown in the report).")
 
 
+def _baseline_busy(summaries: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(run_id, task_id) -> original's median busy share in that launch's summary."""
+    if summaries.empty or "stage" not in summaries.columns:
+        return {}
+    base = summaries[summaries["stage"] == BASELINE]
+    return {(r, t): float(b) for r, t, b in zip(base["run_id"], base["task_id"], base["busy_share_p50"])}
+
+
 def rule_c7(claim: Claim, evidence: Evidence) -> Judgement:
     """C7: time per micro-step of original over comm_tuned (level 1) and over full (level 2), paired per launch."""
     what = (f"Paired per launch: median time per micro-step (optimizer step / k) of {BASELINE} over comm_tuned "
             f"(level 1, reference >= {LEVELS[0].reference.lower:.2f}x: 80 % of the guide's gain to "
             f"{_ORIGINAL / _COMM:.2f}x) and over full (level 2, >= {LEVELS[1].reference.lower:.2f}x: 80 % of the "
             f"gain to {_ORIGINAL / _FULL:.2f}x); stages whose loss check failed do not count; applies only where "
-            f"an inter-node link is slower than the intra-node one. "
+            f"an inter-node link is slower than the intra-node one, and only in launches calibrated to the guide's "
+            f"regime ({BASELINE} {GUIDE_REGIME.target_busy:.0%} busy +-{GUIDE_REGIME.tolerance * 100:.0f} points: "
+            f"{GUIDE_REGIME.arithmetic}); fixed-link launches are context. "
             + platform_differences(evidence.launches))
-    judgement = judge_comparisons(evidence, LEVELS, applies=slow_link_problem, what=what,
-                                  ignore_params=("stages",))
+    launches = key_launches_by_regime(with_measured_busy(evidence.launches, _baseline_busy(evidence.summaries)),
+                                      GUIDE_REGIME)
+    regime_problem = regime_applies(launches, GUIDE_REGIME)
+    judgement = judge_comparisons(dataclasses.replace(evidence, launches=launches), LEVELS,
+                                  applies=lambda first: slow_link_problem(first) or regime_problem(first), what=what,
+                                  ignore_params=("stages", "calibration_rates", "calibration_steps"))
     missing = [c.label for c in LEVELS if not any(label.startswith(c.label) for label in judgement.labels)]
     if not missing or not judgement.labels:
         return judgement

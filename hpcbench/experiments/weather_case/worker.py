@@ -14,6 +14,13 @@ starts from the same initial weights and sees the same micro-batches on the same
    compute). Per step: time per micro-step = step time / k (an optimizer step of k micro-steps
    covers k micro-batches, so stages compare per sample), and busy share = t(no-op twin) /
    t(stage), the analogue of the guide's GPU utilisation.
+   With ``regime="guide"`` the timing runs in the guide's regime: first ``original`` and its twin
+   are timed at each of ``calibration_rates`` (rank 0 reshaping every node link,
+   :class:`~hpcbench.cluster.link_phase.SteeredLink`), busy = c / (c + a + B / rate) is fitted and
+   solved for the guide's 61 % (:mod:`hpcbench.scale.regime`), the links are shaped to that rate
+   for the timed steps and put back afterwards; ``original``'s busy share in the timed steps is
+   recorded as ``fact.regime.reached_busy`` beside ``fact.regime.target_busy`` and
+   ``fact.regime.link_rate_bps``, which the C7 rule reads.
 3. **Bytes across nodes** per micro-step and node, from the hooks' counts
    (:mod:`~hpcbench.experiments.weather_case.traffic` says how each is counted).
 
@@ -33,6 +40,7 @@ written to ``<task dir>/trace/<rank>.json``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
@@ -40,16 +48,19 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from hpcbench.cluster.link_phase import SteeredLink
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordWriter
 from hpcbench.diag.records import (BREAKDOWN_STEPS, phase_accumulation_step, record_same_start, record_tf32,
                                    record_trace)
 from hpcbench.diag.step_breakdown import StepTimer, write_breakdown
 from hpcbench.dist.topology import Topology
-from hpcbench.experiments.weather_case.config import WeatherCaseConfig
-from hpcbench.experiments.weather_case.stages import STAGES, Stage
+from hpcbench.experiments.weather_case.config import GUIDE_REGIME, WeatherCaseConfig
+from hpcbench.experiments.weather_case.stages import BASELINE, STAGES, Stage
 from hpcbench.experiments.weather_case.traffic import (compressed_node_bytes, flat_node_bytes,
                                                        hierarchical_node_bytes)
+from hpcbench.scale.regime import Calibration, busy_share, calibrate_on_ranks, regime_facts
+from hpcbench.system.facts import write_facts
 
 #: Held-out pairs per rank on which each stage's final loss is evaluated (after its training samples).
 EVAL_SAMPLES = 8
@@ -250,6 +261,51 @@ def _stepper(model: Any, opt: Any, groups: list[list[tuple[Any, Any]]], loss_fn:
     return step
 
 
+# -- the guide's regime ---------------------------------------------------------------------------
+
+def calibrate_regime(cfg: WeatherCaseConfig, fns: dict[str, Any], steer: SteeredLink, *, lead: bool, device: Any,
+                     sync: Any) -> Calibration:
+    """Shape the link to the rate at which ``original`` is as busy as the guide's original (collective).
+
+    ``original`` and its no-op twin are timed, interleaved, for ``calibration_steps`` steps (after
+    one untimed) at each of ``calibration_rates``; :func:`hpcbench.scale.regime.calibrate` fits and
+    solves; the links are left at the solved rate
+    (:func:`hpcbench.scale.regime.calibrate_on_ranks`).
+    """
+    from hpcbench.cluster.network import parse_rate
+    from hpcbench.dist.worker import progress
+    from hpcbench.parallel.overlap import interleaved_step_times
+
+    pair = {BASELINE: fns[BASELINE], f"{BASELINE}/noop": fns[f"{BASELINE}/noop"]}
+
+    def measure() -> float:
+        t = interleaved_step_times(pair, device=device, steps=cfg.calibration_steps, warmup=1, sync=sync)
+        busy = busy_share(t[BASELINE], t[f"{BASELINE}/noop"])
+        progress(f"calibration: {BASELINE} {busy:.0%} busy at {steer.current}")
+        return busy
+
+    found = calibrate_on_ranks(steer, measure, [parse_rate(r) for r in cfg.calibration_rates],
+                               GUIDE_REGIME.target_busy, lead=lead, device=device)
+    progress(found.describe())
+    return found
+
+
+def write_regime(writer: RecordWriter, calibration: Calibration, steer: SteeredLink,
+                 times: dict[str, list[float]]) -> None:
+    """The calibration's points and the regime facts the C7 rule reads (``fact.regime.*``)."""
+    from hpcbench.cluster.network import parse_rate
+
+    for p in calibration.points:
+        writer.add("regime_calibration_busy", p.busy, "fraction", labels={"link_rate_bps": p.link_rate_bps},
+                   text=f"{BASELINE}'s busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
+    reached = busy_share(times[BASELINE], times[f"{BASELINE}/noop"])
+    shaped = steer.can_shape and calibration.fit is not None
+    rate = parse_rate(steer.current) if shaped and steer.current else None
+    writer.add("regime_calibration", None, "", text=calibration.describe()
+               + f"; judged steps: {BASELINE} {reached:.0%} busy (the guide's {GUIDE_REGIME.target_busy:.0%})")
+    write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, rate))
+
+
 # -- the experiment -----------------------------------------------------------------------------
 
 def run_worker(cfg: WeatherCaseConfig, topo: Topology, writer: RecordWriter) -> None:
@@ -333,8 +389,17 @@ def run_worker(cfg: WeatherCaseConfig, topo: Topology, writer: RecordWriter) -> 
         for label, m in ((name, model), (f"{name}/noop", twin)):
             fns[label] = _stepper(m, torch.optim.SGD(m.parameters(), lr=cfg.lr * run.k), groups, spec.loss,
                                   run.stage.no_sync)
-    progress(f"timing {len(runs)} stage(s) and their no-op twins, interleaved: {cfg.warmup_steps} + {cfg.steps} steps")
-    times = interleaved_step_times(fns, device=device, steps=cfg.steps, warmup=cfg.warmup_steps, sync=rank.sync)
+    steer = SteeredLink() if cfg.regime == "guide" else None
+    with steer if steer is not None else contextlib.nullcontext():
+        calibration = None
+        if steer is not None:
+            calibration = calibrate_regime(cfg, fns, steer, lead=lead, device=device, sync=rank.sync)
+        progress(f"timing {len(runs)} stage(s) and their no-op twins, interleaved: {cfg.warmup_steps} + {cfg.steps} "
+                 f"steps")
+        times = interleaved_step_times(fns, device=device, steps=cfg.steps, warmup=cfg.warmup_steps, sync=rank.sync)
+        dist.barrier()  # every rank done with the judged steps before rank 0 puts the links back
+    if steer is not None and lead:
+        write_regime(writer, calibration, steer, times)
     syncs = cfg.warmup_steps + cfg.steps  # every stage synchronises once per optimizer step
 
     for name, entry in timed.items():

@@ -1,0 +1,373 @@
+"""Dynamic similarity: the link rate at which a baseline spends the guide's share of its step busy.
+
+The emulated cluster is a scale model of the guide's platform. Like a wind tunnel that matches
+the Reynolds number, it speaks for the guide only when the dimensionless quantity that decides
+a claim is matched: for a communication technique, the share of the baseline's step spent
+computing (the guide's "GPU utilisation"). CPU ranks compute far slower than A100s, so on a link
+of fixed rate they sit in another regime (85 % busy where the guide's original was 61 %) and
+every technique that spares communication has less to spare.
+
+**The model.** One optimizer step of the baseline takes ``c + a + B / r``: compute ``c``, a
+latency term ``a`` and a bytes term ``B / r`` (bits over the link rate ``r``). Its busy share is
+
+    busy(r) = c / (c + a + B / r)   <=>   1 / busy - 1 = a / c + (B / c) x (1 / r)
+
+so ``y = 1 / busy - 1`` is a straight line in ``x = 1 / r``: :func:`fit_regime` fits it by least
+squares from 2-3 measured (rate, busy) points (the scale of ``c`` drops out, so no compute time
+is needed), and :func:`solve_rate` inverts it for the rate that gives the target busy share,
+
+    r* = (B / c) / (1 / target - 1 - a / c),
+
+clamped to what tc can shape here (:data:`MIN_RATE_BPS`..:data:`MAX_RATE_BPS`). A target above
+``1 / (1 + a / c)`` cannot be reached at any rate (the latency alone costs more), a target that
+needs a rate outside the clamp is reported unreachable with the clamped rate, and a fit whose
+bytes term is not positive (busy does not fall as the link slows) cannot steer anything.
+
+Pure: numbers in, numbers out; :func:`calibrate_on_ranks` at the end is the thin adapter that
+measures and shapes inside a launch (:mod:`hpcbench.cluster.link_phase`), the experiments'
+workers record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+#: A reached busy share within this many points (absolute) of the guide's counts as the guide's regime.
+TOLERANCE = 0.05
+#: What tc shapes here: make reproduce's range (hpcbench.run.reproduce MIN/MAX_LINK_MBIT). Below 10 Mbit/s
+#: SLURM's own messages and the rendezvous slow down; above 10 Gbit/s tbf on a veth no longer holds the rate.
+MIN_RATE_BPS = 10e6
+MAX_RATE_BPS = 10e9
+#: The ``regime`` parameter's values: calibrate the link to the guide's regime, or keep the link as it is.
+REGIMES = ("guide", "fixed")
+
+
+@dataclass(frozen=True)
+class GuideRegime:
+    """The regime a claim's figures were measured in: the baseline's busy share on the guide's platform."""
+
+    claim: str
+    target_busy: float
+    """the baseline's share of its step spent computing, in (0, 1)"""
+    baseline: str
+    """the arm whose busy share is matched (e.g. ``original``, ``1x``, ``ddp``)"""
+    arithmetic: str
+    """how the share follows from the guide's figures"""
+    tolerance: float = TOLERANCE
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.target_busy < 1.0:
+            raise ValueError(f"{self.claim}: target_busy {self.target_busy} is not in (0, 1)")
+
+    def matches(self, reached: float | None) -> bool:
+        """True when ``reached`` lies within :attr:`tolerance` (absolute) of :attr:`target_busy`."""
+        return reached is not None and math.isfinite(reached) and abs(reached - self.target_busy) <= self.tolerance
+
+
+@dataclass(frozen=True)
+class RegimePoint:
+    """The baseline's busy share measured at one link rate."""
+
+    link_rate_bps: float
+    busy: float
+
+
+@dataclass(frozen=True)
+class RegimeFit:
+    """``1 / busy - 1 = latency + bytes_term / rate``: both normalised by the compute ``c``."""
+
+    latency: float
+    """``a / c``: communication that no link rate removes, per unit of compute"""
+    bytes_term: float
+    """``B / c`` in bit/s x (seconds per compute second): the rate at which communication equals compute"""
+    points: tuple[RegimePoint, ...]
+
+    def busy_at(self, rate_bps: float) -> float:
+        """The fitted busy share at ``rate_bps``."""
+        return 1.0 / (1.0 + self.latency + self.bytes_term / rate_bps)
+
+    def residual(self) -> float:
+        """Largest |fitted - measured| busy share over the points (absolute, in shares)."""
+        return max(abs(self.busy_at(p.link_rate_bps) - p.busy) for p in self.points)
+
+
+@dataclass(frozen=True)
+class RegimeSolution:
+    """The link rate for a target busy share, and whether it is reachable."""
+
+    target_busy: float
+    link_rate_bps: float | None
+    """the rate to shape (clamped to the tc range); None when the fit cannot steer"""
+    unclamped_bps: float | None
+    """the rate the fit asks for before clamping (inf: no rate is fast enough)"""
+    reachable: bool
+    predicted_busy: float | None
+    """the fit's busy share at :attr:`link_rate_bps`"""
+    why: str
+
+
+class RegimeError(ValueError):
+    """The points cannot be fitted (too few distinct rates, a busy share outside (0, 1.5))."""
+
+
+def fit_regime(points: Iterable[RegimePoint]) -> RegimeFit:
+    """Least-squares line ``y = latency + bytes_term x`` with ``y = 1/busy - 1``, ``x = 1/rate``.
+
+    Args:
+        points: >= 2 points at >= 2 distinct positive rates; busy shares in (0, 1.5) (a measured share
+            can exceed 1 a little when the no-op twin is timed slower than the step by noise).
+
+    Returns:
+        :class:`RegimeFit` (with 2 points the line passes through both).
+
+    Raises:
+        RegimeError: fewer than 2 distinct rates, a rate <= 0 or a busy share outside (0, 1.5).
+    """
+    pts = tuple(points)
+    for p in pts:
+        if not (p.link_rate_bps > 0 and math.isfinite(p.link_rate_bps)):
+            raise RegimeError(f"link rate {p.link_rate_bps!r} is not a positive rate")
+        if not (0.0 < p.busy < 1.5):
+            raise RegimeError(f"busy share {p.busy!r} at {p.link_rate_bps:g} bit/s is not in (0, 1.5)")
+    if len({p.link_rate_bps for p in pts}) < 2:
+        raise RegimeError(f"{len(pts)} point(s) at {len({p.link_rate_bps for p in pts})} distinct rate(s): a line "
+                          f"needs 2")
+    xs = [1.0 / p.link_rate_bps for p in pts]
+    ys = [1.0 / p.busy - 1.0 for p in pts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return RegimeFit(latency=my - slope * mx, bytes_term=slope, points=pts)
+
+
+def solve_rate(fit: RegimeFit, target_busy: float, *, min_rate_bps: float = MIN_RATE_BPS,
+               max_rate_bps: float = MAX_RATE_BPS) -> RegimeSolution:
+    """The link rate at which the fitted baseline is ``target_busy`` busy, clamped to ``[min, max]``.
+
+    Returns:
+        :class:`RegimeSolution`; ``reachable`` False (with ``why``) when the fit cannot steer (bytes
+        term <= 0), when no rate is fast enough (the latency term alone exceeds the target's
+        communication), or when the rate lies outside the range tc can shape.
+    """
+    if not 0.0 < target_busy < 1.0:
+        raise RegimeError(f"target busy share {target_busy!r} is not in (0, 1)")
+    if fit.bytes_term <= 0:
+        return RegimeSolution(target_busy, None, None, False, None,
+                              f"busy share does not fall as the link slows (bytes term {fit.bytes_term:.3g} <= 0): "
+                              f"the step is not limited by the link's rate, which cannot steer it")
+    needed = 1.0 / target_busy - 1.0 - fit.latency
+    if needed <= 0:
+        rate = max_rate_bps
+        return RegimeSolution(target_busy, rate, math.inf, False, fit.busy_at(rate),
+                              f"{target_busy:.0%} busy needs less communication than the latency term alone "
+                              f"({fit.latency:.3g} x compute): no link rate reaches it; at the fastest shaped rate "
+                              f"the fit gives {fit.busy_at(rate):.0%}")
+    want = fit.bytes_term / needed
+    rate = min(max(want, min_rate_bps), max_rate_bps)
+    reachable = min_rate_bps <= want <= max_rate_bps
+    why = (f"{target_busy:.0%} busy at {want / 1e6:.4g} Mbit/s" if reachable else
+           f"{target_busy:.0%} busy needs {want / 1e6:.4g} Mbit/s, outside what tc shapes here "
+           f"({min_rate_bps / 1e6:g}..{max_rate_bps / 1e6:g} Mbit/s); clamped to {rate / 1e6:.4g} Mbit/s, where the "
+           f"fit gives {fit.busy_at(rate):.0%}")
+    return RegimeSolution(target_busy, rate, want, reachable, fit.busy_at(rate), why)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration measured and decided."""
+
+    points: tuple[RegimePoint, ...]
+    fit: RegimeFit | None
+    solution: RegimeSolution | None
+    why_not: str = ""
+    """set when nothing could be steered (no link to shape, a failed fit)"""
+
+    @property
+    def link_rate_bps(self) -> float | None:
+        """The rate to shape for the judged steps (None: leave the link as it is)."""
+        return self.solution.link_rate_bps if self.solution is not None else None
+
+    def describe(self) -> str:
+        pts = ", ".join(f"{p.busy:.0%} at {p.link_rate_bps / 1e6:g} Mbit/s" for p in self.points)
+        if self.fit is None or self.solution is None:
+            return f"calibration measured {pts or 'nothing'}; not steered: {self.why_not}"
+        return (f"calibration measured {pts}; fit 1/busy - 1 = {self.fit.latency:.3g} + {self.fit.bytes_term:.3g} "
+                f"bit/s / rate (largest residual {self.fit.residual():.1%}); {self.solution.why}")
+
+
+def calibrate(measure_at: Callable[[float], float], rates_bps: Sequence[float], target_busy: float, *,
+              refine: int = 1, min_rate_bps: float = MIN_RATE_BPS, max_rate_bps: float = MAX_RATE_BPS) -> Calibration:
+    """Measure the baseline's busy share at each rate, fit, and solve for ``target_busy``.
+
+    Args:
+        measure_at: shapes the link to the rate and returns the baseline's busy share there.
+        rates_bps: 2-3 distinct rates, ideally bracketing the target.
+        refine: times the solved rate is measured too and the fit redone with it (when it is a new
+            rate): on a shared machine the few steps per point are noisy, and a point next to the
+            target pins the line where it matters.
+
+    Returns:
+        :class:`Calibration`; a failed fit gives ``solution`` None and ``why_not``.
+    """
+    points = tuple(RegimePoint(float(r), float(measure_at(float(r)))) for r in rates_bps)
+    for attempt in range(refine + 1):
+        try:
+            fit = fit_regime(points)
+        except RegimeError as exc:
+            return Calibration(points, None, None, why_not=str(exc))
+        solution = solve_rate(fit, target_busy, min_rate_bps=min_rate_bps, max_rate_bps=max_rate_bps)
+        rate = solution.link_rate_bps
+        if attempt == refine or rate is None or any(abs(rate - p.link_rate_bps) <= 1e-3 * rate for p in points):
+            return Calibration(points, fit, solution)
+        points = (*points, RegimePoint(rate, float(measure_at(rate))))
+    raise AssertionError("unreachable: the loop returns on its last attempt")
+
+
+def busy_share(step_times: Sequence[float], noop_times: Sequence[float]) -> float:
+    """Median over paired steps of t(no-op twin) / t(step): the busy share of a step (NaN with no pair)."""
+    ratios = sorted(t0 / t for t, t0 in zip(step_times, noop_times) if t > 0)
+    return ratios[len(ratios) // 2] if len(ratios) % 2 else (
+        (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2 if ratios else math.nan)
+
+
+# -- the records and the rules --------------------------------------------------------------------
+
+#: The facts a calibrated launch records (``fact.<name>``; :mod:`hpcbench.system.facts`).
+FACT_TARGET, FACT_REACHED, FACT_RATE = "regime.target_busy", "regime.reached_busy", "regime.link_rate_bps"
+
+
+def regime_facts(target_busy: float, reached_busy: float, link_rate_bps: float | None) -> dict[str, float]:
+    """The launch's regime facts (names without ``fact.``); NaN rate when the link was not shaped."""
+    return {FACT_TARGET: float(target_busy), FACT_REACHED: float(reached_busy),
+            FACT_RATE: float(link_rate_bps) if link_rate_bps is not None else math.nan}
+
+
+def _number(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+#: A launch's standing against the guide's regime (:func:`regime_status`).
+MATCHED, MISSED, FIXED = "guide regime reached", "guide regime missed", "fixed link"
+
+
+def regime_status(params: Mapping[str, Any], facts: Mapping[str, Any], regime: GuideRegime,
+                  param: str = "regime") -> str:
+    """:data:`MATCHED`, :data:`MISSED` or :data:`FIXED`, from the launch's ``param`` parameter and facts.
+
+    A launch without the parameter (recorded before calibration existed) ran on a fixed link.
+    """
+    if params.get(param, "fixed") != "guide":
+        return FIXED
+    return MATCHED if regime.matches(_number(facts.get(FACT_REACHED))) else MISSED
+
+
+def regime_reason(status: str, reached: Sequence[float], regime: GuideRegime) -> str | None:
+    """None for :data:`MATCHED`, else why the launches' comparison is not judged (shown as not applicable).
+
+    Args:
+        reached: the launches' reached busy shares (``fact.regime.reached_busy``), NaN where not recorded.
+    """
+    if status == MATCHED:
+        return None
+    got = sorted(v for v in (_number(r) for r in reached) if v is not None)
+    shown = f"{got[len(got) // 2]:.0%} busy" if got else "busy share not recorded"
+    guide = f"the guide's {regime.target_busy:.0%} (+-{regime.tolerance * 100:.0f} points)"
+    if status == FIXED:
+        return (f"context: a fixed link, {regime.baseline} at {shown} against {guide}; only launches calibrated "
+                f"to the guide's regime (regime: guide) are judged")
+    return f"inconclusive: regime {shown} ({regime.baseline}) vs {guide}"
+
+
+def with_measured_busy(launches: Any, measured: Mapping[tuple[str, str], float]) -> Any:
+    """``launches`` with :data:`FACT_REACHED` filled from ``measured`` ((run_id, task_id) -> the baseline's
+    busy share in its summary) where the launch recorded none: a fixed-link launch's context row then
+    says which regime it ran in. A recorded fact is never overwritten."""
+    if len(launches) == 0:
+        return launches
+    recorded = list(launches[FACT_REACHED]) if FACT_REACHED in launches.columns else [None] * len(launches)
+    filled = [r if _number(r) is not None else measured.get((run, task), math.nan)
+              for r, run, task in zip(recorded, launches["run_id"], launches["task_id"])]
+    return launches.assign(**{FACT_REACHED: filled})
+
+
+def key_launches_by_regime(launches: Any, regime: GuideRegime, param: str = "regime") -> Any:
+    """``launches`` (the ledger's frame) with each launch's :func:`regime_status` added to its ``params`` JSON.
+
+    The rulekit groups launches by parameters, so calibrated launches that reached the guide's
+    regime, those that missed it and fixed-link ones never pool.
+    """
+    import json
+
+    def keyed(row: Any) -> str:
+        try:
+            params = json.loads(row["params"])
+        except (TypeError, ValueError):
+            params = {}
+        params = params if isinstance(params, dict) else {}
+        facts = {FACT_REACHED: row.get(FACT_REACHED)}
+        return json.dumps({**params, "regime_status": regime_status(params, facts, regime, param)}, sort_keys=True)
+
+    if len(launches) == 0:
+        return launches
+    return launches.assign(params=[keyed(r) for _, r in launches.iterrows()])
+
+
+def regime_applies(launches: Any, regime: GuideRegime) -> Callable[[Any], str | None]:
+    """An ``applies`` for :func:`hpcbench.report.rulekit.judge_comparisons` over :func:`key_launches_by_regime`'s frame.
+
+    Given a group's first launch, None when its group reached the guide's regime, else the reason,
+    with the group's median reached busy share.
+    """
+    import json
+
+    def applies(first: Any) -> str | None:
+        status = json.loads(first["params"]).get("regime_status", FIXED)
+        same = launches[launches["params"] == first["params"]]
+        reached = list(same[FACT_REACHED]) if FACT_REACHED in same.columns else []
+        return regime_reason(status, reached, regime)
+
+    return applies
+
+
+# -- the adapter: calibration inside a launch ------------------------------------------------------
+
+def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates_bps: Sequence[float],
+                       target_busy: float, *, lead: bool, device):
+    """The guide's regime found inside a launch: the baseline measured at each rate, fitted, the link shaped.
+
+    The thin adapter of this pure core (torch.distributed and the emulated cluster's links,
+    imported only when called). Every rank calls it (collective); rank 0 shapes the links
+    (``steer``, a :class:`hpcbench.cluster.link_phase.SteeredLink`), every rank runs ``measure``
+    (the baseline's steps, returning its busy share from the slowest rank's times, so that every
+    rank fits the same numbers and solves the same rate). The links are left at the solved rate
+    for the judged steps; the caller's ``with steer`` puts them back.
+
+    Returns:
+        :class:`Calibration`; without a cluster to shape, nothing is measured and ``why_not`` says
+        why (the judged steps then run on the link as it is).
+    """
+    from hpcbench.cluster.link_phase import agreed, shape_on_ranks
+
+    if not agreed(lead and steer.can_shape, device):
+        return Calibration((), None, None, why_not=steer.why_not or "rank 0 found no emulated cluster to shape")
+
+    def measure_at(rate_bps: float) -> float:
+        shape_on_ranks(steer, rate_bps, lead=lead, device=device)
+        return measure()
+
+    found = calibrate(measure_at, rates_bps, target_busy)
+    if found.link_rate_bps is not None:
+        shape_on_ranks(steer, found.link_rate_bps, lead=lead, device=device)
+    else:
+        # nothing to steer by: the judged steps run at the cluster's own rate (only rank 0's value is used)
+        from hpcbench.cluster.network import parse_rate
+
+        back = parse_rate(steer.original) if steer.original else 0.0
+        shape_on_ranks(steer, back, lead=lead, device=device)
+    return found
