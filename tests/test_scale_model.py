@@ -236,3 +236,103 @@ def test_residuals_and_within():
     with pytest.raises(ConfigError, match="measured"):
         residuals([1.0], [0.0])
     assert not within([]) and math.isclose(residuals([1.0], [1.0])[0], 0.0)
+
+
+# -- overlap and hook CPU work --------------------------------------------------------------------------
+
+def test_bucket_timeline_hides_what_the_remaining_backward_covers():
+    from hpcbench.scale.predict import exposed_after_compute
+
+    # short communication: the first bucket is done long before compute ends; only the last bucket shows
+    assert exposed_after_compute([0.1, 0.0], [0.05, 0.02]) == pytest.approx(0.02)
+    # long communication: only the backward after the first bucket hides anything: comm - w_0
+    assert exposed_after_compute([0.1, 0.0], [0.3, 0.02]) == pytest.approx(0.32 - 0.1)
+    # a bucket that waits for the previous one: 0.2 ready at -0.2, busy until -0.05; the next starts then
+    assert exposed_after_compute([0.2, 0.15, 0.0], [0.15, 0.1, 0.01]) == pytest.approx(0.06)
+    assert exposed_after_compute([0.0, 0.0], [0.05, 0.02]) == pytest.approx(0.07)  # no window: all exposed
+    assert exposed_after_compute([], []) == 0.0
+    for windows, durations in (([0.1], [0.1, 0.2]), ([-0.1, 0.0], [0.1, 0.1]), ([math.nan], [0.1])):
+        with pytest.raises(ConfigError) as err:
+            exposed_after_compute(windows, durations)
+        assert err.value.field == "overlap_windows_s"
+
+
+def test_measured_overlap_windows_lower_the_step_by_the_hidden_communication():
+    fits = fit_from_collectives(_collectives_records(1 / 5e9, 1 / 1.25e8, 30e-6))
+    plat = emulated_cluster(fits, ranks_per_node=2)
+    elems = [262_144, 110_656]  # weather_tiny's two DDP buckets
+    kw = dict(platform=plat, nodes=2, compute_s=0.05, bucket_elems=elems)
+    exposed = predict_step(sum(elems), **kw)
+    hidden = predict_step(sum(elems), overlap_windows_s=[0.004, 0.0], **kw)
+    assert exposed.hidden_share == 0.0 and exposed.step_s == pytest.approx(0.05 + exposed.comm_s["total"])
+    # the first bucket's 4 ms window hides 4 ms of it (its own communication is longer than that)
+    assert hidden.comm_s["total"] == pytest.approx(exposed.comm_s["total"])
+    assert hidden.exposed_comm_s == pytest.approx(exposed.comm_s["total"] - 0.004)
+    assert hidden.step_s == pytest.approx(exposed.step_s - 0.004)
+    assert hidden.hidden_share == pytest.approx(0.004 / exposed.comm_s["total"])
+    assert hidden.inputs["overlap_windows_s"] == [0.004, 0.0]
+    # a window longer than the whole communication leaves only the last bucket's
+    last = predict_step(elems[1], platform=plat, nodes=2, compute_s=1.0).comm_s["total"]
+    assert predict_step(sum(elems), overlap_windows_s=[10.0, 0.0], **kw).exposed_comm_s == pytest.approx(last)
+    for bad in (dict(overlap_windows_s=[0.1, 0.0], overlap_share=0.5), dict(overlap_windows_s=[0.1])):
+        with pytest.raises(ConfigError) as err:
+            predict_step(sum(elems), **{**kw, **bad})
+        assert err.value.field == "overlap_windows_s"
+    with pytest.raises(ConfigError, match="bucket_elems"):
+        predict_step(sum(elems), platform=plat, nodes=2, compute_s=0.05, overlap_windows_s=[0.1, 0.0])
+
+
+def test_hook_cpu_work_is_charged_on_the_critical_path_once_per_micro_step():
+    base = dict(platform="a100_hdr", nodes=4, compute_s=0.5, mode="quant2bit")
+    plain = predict_step(1e9, **base)
+    hooked = predict_step(1e9, hook_cpu_s=0.03, **base)
+    assert hooked.step_s == pytest.approx(plain.step_s + 0.03) and hooked.hook_cpu_s == pytest.approx(0.03)
+    assert hooked.exposed_comm_s == pytest.approx(plain.exposed_comm_s) and hooked.busy_share < plain.busy_share
+    assert predict_step(1e9, hook_cpu_s=0.03, micro_steps=4, **base).step_s == \
+        pytest.approx(predict_step(1e9, micro_steps=4, **base).step_s + 4 * 0.03)
+    for bad in (-0.01, math.inf):
+        with pytest.raises(ConfigError) as err:
+            predict_step(1e9, hook_cpu_s=bad, **base)
+        assert err.value.field == "hook_cpu_s"
+
+
+def test_ready_times_give_each_buckets_window_before_the_last_one():
+    from hpcbench.experiments.scale_model.worker import ReadyTimes
+
+    ready = ReadyTimes()
+    ready[0] = 4
+    assert [i for i, _ in ready.calls] == [0]  # the no-op hook's store notes when it was called
+    dict.update(ready, {1: 4, 2: 4})  # three buckets in the final layout
+    # a first step before DDP's rebuild with another layout (ignored: incomplete), then three steps
+    ready.calls = [(0, 0.0), (0, 1.0), (1, 1.3), (2, 1.5), (0, 2.0), (1, 2.1), (2, 2.6), (0, 3.0), (1, 3.2), (2, 3.4)]
+    assert ready.windows(last_steps=10) == pytest.approx([0.5, 0.2, 0.0])  # medians of (.5, .6, .4), (.2, .5, .2)
+    assert ready.windows(last_steps=1) == pytest.approx([0.4, 0.2, 0.0])
+    assert ReadyTimes().windows(3) == []
+
+
+def test_local_collectives_stand_in_for_the_hooks_collectives_and_are_undone():
+    import torch
+
+    from hpcbench.experiments.scale_model.config import RUN_MODES
+    from hpcbench.experiments.scale_model.worker import local_collectives
+    from hpcbench.parallel import compression, hooks
+
+    assert [RUN_MODES.get(m).python_hook for m in ("ddp", "hierarchical", "quant2bit", "quant2bit_hierarchical")] \
+        == [False, True, True, True]  # plain DDP all-reduces in C++: no hook work of its own
+    before = (hooks._dist, compression._dist)
+    with local_collectives():
+        dist = hooks._dist()
+        assert compression._dist() is dist and dist is not torch.distributed
+        msg = torch.arange(8, dtype=torch.uint8).reshape(2, 4)
+        received = torch.empty_like(msg)
+        assert dist.all_to_all_single(received, msg).wait() and torch.equal(received, msg)
+        gathered = torch.empty(12)
+        hooks.all_gather_async(gathered, torch.tensor([1.0, 2.0, 3.0]), None).wait()
+        assert gathered.tolist() == [1.0, 2.0, 3.0] * 4
+        shard = torch.empty(2)
+        hooks.reduce_scatter_async(shard, torch.arange(4.0), None).wait()
+        assert shard.tolist() == [0.0, 1.0]
+        x = torch.ones(3)
+        dist.all_reduce(x, async_op=True).wait()
+        assert x.tolist() == [1.0, 1.0, 1.0]  # nothing summed: no traffic
+    assert (hooks._dist, compression._dist) == before

@@ -41,6 +41,12 @@ def test_notebook_runs_one_unshaped_phase_without_the_cluster(tmp_path, monkeypa
     assert set(steps["link_rate"]) == {UNSHAPED} and list(steps["mode"]) == ["ddp", "quant2bit"]
     assert (steps["steps"] == 3).all() and steps["predicted_ms"].map(math.isfinite).all()
     assert steps["compute_ms"].gt(0).all() and steps.set_index("mode").loc["quant2bit", "codec_ms"] > 0
+    # the prediction's two inputs measured without communication: overlap windows per bucket (the last one 0)
+    # and, for the Python hook, its own work in a step (the twin with local collectives, kept as steps)
+    windows = df[df["metric"] == "overlap_window"]
+    assert len(windows) >= 2 and windows["value"].ge(0).all()
+    assert (df["metric"] == "hook_cpu_time").sum() == 1 and steps["hidden_share"].between(0, 1).all()
+    assert df["labels"].str.contains('"comm": "local"').sum() == 3
     assert {("all_reduce", g) for g in ("world", "intra_node", "inter_node")} <= \
         set(zip(s[s["row"] == "fit"]["op"], s[s["row"] == "fit"]["group"]))
     assert not (s["row"] == "c1").any()  # no shaped link, no efficiency

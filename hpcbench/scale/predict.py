@@ -1,10 +1,28 @@
 """Step time, communication share and busy share ("GPU utilisation") of data-parallel training.
 
-``step = micro_steps x compute + exposed communication``, with
-``exposed = communication x (1 - overlap_share)`` and communication the sum over gradient
-buckets of each bucket's stages (:mod:`hpcbench.scale.algorithms`) priced per link level
-(:mod:`hpcbench.scale.platforms`). ``busy_share = micro_steps x compute / step`` is the
-guide's "GPU utilisation"; ``comm_share = exposed / step`` is C12's communication share.
+``step = micro_steps x (compute + hook CPU work) + exposed communication``, with communication
+the sum over gradient buckets of each bucket's stages (:mod:`hpcbench.scale.algorithms`) priced
+per link level (:mod:`hpcbench.scale.platforms`). ``busy_share = micro_steps x compute / step``
+is the guide's "GPU utilisation"; ``comm_share = exposed / step`` is C12's communication share.
+
+**Overlap** (what of the communication the backward pass hides), one of two measured inputs:
+
+* ``overlap_windows_s``, per bucket the backward compute still to run when the bucket is ready
+  (measured with no communication at all: the no-op hook's call times in the no-op twin's
+  steps). DDP reduces bucket after bucket while backward goes on; with ``d_i`` the predicted
+  seconds of bucket ``i`` and the end of gradient compute at 0, bucket ``i`` is ready at
+  ``-w_i`` and done at ``f_i = max(f_(i-1), -w_i) + d_i``; ``exposed = max(0, f_last)``
+  (:func:`exposed_after_compute`). The last bucket is ready when compute ends (``w = 0``), so its
+  own communication is always exposed; where communication is much longer than backward,
+  ``exposed ~ comm - w_0`` (only the backward after the first bucket hides anything);
+* or ``overlap_share``, a hidden share measured elsewhere (the overlap experiment) applied to
+  the whole communication: ``exposed = comm x (1 - overlap_share)``.
+
+**Hook CPU work** (``hook_cpu_s``): local work a comm hook does per synchronisation besides its
+collectives (the 2-bit hook's chunking, quantising, packing and unpacking; a Python hook's
+padding, copies and hand-offs to its background thread), as it shows up in a step: charged in
+full on the critical path, because on a GPU the hook runs it inline in backward and on CPU ranks
+it competes with backward for the same cores.
 
 Assumptions, every one visible in :attr:`Prediction.inputs`: buckets are filled to the cap
 (DDP's first bucket at 1 MiB) regardless of parameter boundaries; stages of a bucket run one
@@ -124,6 +142,43 @@ class Prediction:
     comm_share: float
     busy_share: float
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    hook_cpu_s: float = 0.0
+    """the comm hook's own local work in the whole step, on the critical path (``step = compute + this + exposed``)"""
+
+    @property
+    def hidden_share(self) -> float:
+        """Share of the communication hidden behind compute (1 - exposed / total; 0 without communication)."""
+        total = self.comm_s.get("total", 0.0)
+        return 1.0 - self.exposed_comm_s / total if total > 0 else 0.0
+
+
+def exposed_after_compute(windows_s: Sequence[float], durations_s: Sequence[float]) -> float:
+    """Seconds of bucket communication left after the gradient compute ends (the module docstring's timeline).
+
+    Buckets are reduced one after another in order (DDP launches bucket ``i + 1`` after ``i``; the
+    hierarchical and 2-bit hooks run on one ordered thread). Bucket ``i`` is ready ``windows_s[i]``
+    seconds before the end of gradient compute and takes ``durations_s[i]``.
+
+    Args:
+        windows_s: per bucket, in reduction order, the backward compute left when it is ready (>= 0).
+        durations_s: per bucket, its communication in seconds.
+
+    Returns:
+        ``max(0, f_last)`` with ``f_i = max(f_(i-1), -windows_s[i]) + durations_s[i]``.
+
+    Raises:
+        ConfigError: the sequences differ in length or a window is negative or not finite.
+    """
+    if len(windows_s) != len(durations_s):
+        raise ConfigError(f"{len(windows_s)} overlap windows for {len(durations_s)} buckets",
+                          field="overlap_windows_s", config="predict_step")
+    done = -math.inf
+    for w, d in zip(windows_s, durations_s):
+        if not (math.isfinite(w) and w >= 0):
+            raise ConfigError(f"{w!r} is out of range; allowed: finite seconds >= 0", field="overlap_windows_s",
+                              config="predict_step")
+        done = max(done, -float(w)) + float(d)
+    return max(0.0, done) if math.isfinite(done) else 0.0
 
 
 def stage_time(stage: alg.Stage, platform: Platform) -> dict[str, float]:
@@ -183,7 +238,8 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
                  first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES, grad_bytes_per_param: int = 4,
                  micro_steps: int = 1, plain_fraction: float = 0.0, chunk_size: int = 1024,
                  intra_via_allreduce: bool = False, nics_per_node: int | None = None,
-                 mfu: float | None = None, bucket_elems: Sequence[int] | None = None) -> Prediction:
+                 mfu: float | None = None, bucket_elems: Sequence[int] | None = None,
+                 overlap_windows_s: Sequence[float] | None = None, hook_cpu_s: float = 0.0) -> Prediction:
     """Predict one optimizer step of data-parallel training.
 
     Args:
@@ -209,6 +265,11 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
         bucket_elems: the buckets as measured (gradient elements per bucket, e.g. from
             :meth:`hpcbench.parallel.hooks.BucketLog.layout` / element size); replaces the layout
             ``bucket_bytes`` and ``first_bucket_bytes`` would make, and must sum to ``model_params``.
+        overlap_windows_s: per bucket of ``bucket_elems`` (same order), the backward compute left
+            when it is ready, measured without communication; the exposed communication then comes
+            from the bucket timeline (:func:`exposed_after_compute`) instead of ``overlap_share``.
+        hook_cpu_s: the comm hook's own local work per synchronisation (coding, packing), measured
+            in a step; charged on the critical path.
 
     Returns:
         :class:`Prediction`.
@@ -237,6 +298,12 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
     if not 0.0 <= overlap_share <= 1.0:
         raise ConfigError(f"{overlap_share} is out of range; allowed: 0..1", field="overlap_share",
                           config="predict_step")
+    if not (math.isfinite(hook_cpu_s) and hook_cpu_s >= 0.0):
+        raise ConfigError(f"{hook_cpu_s!r} is out of range; allowed: finite seconds >= 0", field="hook_cpu_s",
+                          config="predict_step")
+    if overlap_windows_s is not None and (bucket_elems is None or overlap_share != 0.0):
+        raise ConfigError("overlap windows need the measured bucket_elems (one window per bucket) and replace "
+                          "overlap_share (leave it 0)", field="overlap_windows_s", config="predict_step")
     if not 0.0 <= plain_fraction <= 1.0:
         raise ConfigError(f"{plain_fraction} is out of range; allowed: 0..1", field="plain_fraction",
                           config="predict_step")
@@ -262,8 +329,12 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
     syncs = syncs_per_step(micro_steps, model.no_sync)
     comm = {k: v * syncs for k, v in one_sync.items()}
     step_compute = micro_steps * compute_s
-    exposed = comm["total"] * (1.0 - overlap_share)
-    step = step_compute + exposed
+    if overlap_windows_s is not None:
+        durations = [sum(stage_time(stage, plat)["total"] for stage in model.stages(int(b), ctx)) for b in sizes]
+        exposed = syncs * exposed_after_compute([float(w) for w in overlap_windows_s], durations)
+    else:
+        exposed = comm["total"] * (1.0 - overlap_share)
+    step = step_compute + micro_steps * hook_cpu_s + exposed
     inputs = {"model_params": model_params, "platform": plat.name, "mode": model.name, "nodes": nodes,
               "ranks_per_node": per_node, "nics_per_node": plat.nics_per_node, "mfu": plat.mfu,
               "compute_s_per_micro_step": compute_s, "flops": flops, "overlap_share": overlap_share,
@@ -271,9 +342,12 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
               "grad_bytes_per_param": grad_bytes_per_param, "micro_steps": micro_steps, "syncs_per_step": syncs,
               "plain_fraction": plain_fraction, "chunk_size": chunk_size,
               "intra_via_allreduce": intra_via_allreduce,
-              "bucket_elems": None if layout is None else [int(b) for b in bucket_elems]}
+              "bucket_elems": None if layout is None else [int(b) for b in bucket_elems],
+              "overlap_windows_s": None if overlap_windows_s is None else [float(w) for w in overlap_windows_s],
+              "hook_cpu_s": hook_cpu_s}
     return Prediction(step_s=step, compute_s=step_compute, comm_s=comm, exposed_comm_s=exposed,
-                      comm_share=exposed / step, busy_share=step_compute / step, inputs=inputs)
+                      comm_share=exposed / step, busy_share=step_compute / step, inputs=inputs,
+                      hook_cpu_s=micro_steps * hook_cpu_s)
 
 
 def training_flops(params: float, tokens: float) -> float:
@@ -354,5 +428,5 @@ def within(errors: Iterable[float] | Mapping[Any, float], tolerance: float = 0.1
 
 
 __all__ = ["C1_NODES", "C1_PARAMS", "C1_THRESHOLD", "MODE_MODELS", "ModeModel", "Prediction", "bucket_sizes",
-           "communication", "parse_mode", "predict_c1", "predict_step", "residuals", "stage_time",
-           "training_flops", "within"]
+           "communication", "exposed_after_compute", "parse_mode", "predict_c1", "predict_step", "residuals",
+           "stage_time", "training_flops", "within"]

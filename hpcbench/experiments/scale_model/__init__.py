@@ -3,16 +3,17 @@
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
-from hpcbench.experiments.scale_model.config import ScaleModelConfig
+from hpcbench.experiments.scale_model.config import RUN_MODES, ScaleModelConfig
 from hpcbench.experiments.scale_model.present import present_scale_model
 from hpcbench.experiments.scale_model.rules import RULES, predict_c1_at_guide_scale
 from hpcbench.experiments.scale_model.summary import summarize
 from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, model_footprint, training_memory, training_step_seconds
 from hpcbench.scale.guide_scale import GUIDE_PREDICTORS, predictor
 
-#: float32 copies of the parameters alive at once: the base model, then per mode the trained DDP copy and its
-#: no-op twin (weights, gradients, DDP's buckets each: 3), and the 2-bit hook's residuals (1).
-COPIES_PER_MODE = 7
+#: float32 copies of the parameters alive at once: the base model, then per mode the trained DDP copy, its
+#: no-op twin and (modes with a Python hook) its twin with local collectives (weights, gradients, DDP's buckets
+#: each: 3), and the 2-bit hook's residuals (1).
+COPIES_PER_MODE = 10
 #: Each phase is one launch: torchrun's rendezvous and the ranks' imports (~5 s on 2 cores).
 PHASE_STARTUP_S = 5.0
 
@@ -25,7 +26,7 @@ def _phase_rates_bytes_s(cfg: ScaleModelConfig, link_bytes_s: float) -> list[flo
 
 
 def estimate(cfg: ScaleModelConfig) -> Estimate:
-    """phases x (collective sweep + modes x 2 x (warm-up + steps) x step) + startup.
+    """phases x (collective sweep + step series x (warm-up + steps) x step) + startup.
 
     The sweep: every op, size and group kind, (warm-up + timed) iterations, each moving ~2x its
     size per node over the phase's link; a step: :func:`training_step_seconds` plus its buckets
@@ -44,17 +45,20 @@ def estimate(cfg: ScaleModelConfig) -> Estimate:
     footprint = model_footprint(cfg.model)
     grads = 4 * footprint.parameters if footprint else 0  # bytes of one float32 copy of the parameters
     seconds = TASK_STARTUP_S
+    # each mode and its no-op twin; a Python hook's mode also its twin with local collectives
+    runs = sum(3 if RUN_MODES.get(m).python_hook else 2 for m in cfg.modes)
     sweep_bytes = 2.0 * sum(cfg.sizes()) * len(cfg.ops) * 3 * (cfg.iters + cfg.warmup_iters)
     calls = len(cfg.sizes()) * len(cfg.ops) * 3 * (cfg.iters + cfg.warmup_iters)
     for rate in rates:
         per_step = (step or 0.0) + 2.0 * grads / rate
         seconds += PHASE_STARTUP_S + sweep_bytes / rate + calls * speed.latency_s
-        seconds += len(cfg.modes) * 2 * (cfg.warmup_steps + cfg.steps) * per_step
+        seconds += runs * (cfg.warmup_steps + cfg.steps) * per_step
     basis = (f"{copies} float32 copies of {cfg.model}'s parameters + a batch of {cfg.batch_size} + collective "
              f"buffers of {approx_bytes(buffers)}: {approx_bytes((need or 0) + buffers)} per rank "
              f"{'on the GPU' if gpu else 'in host memory'}, + {approx_bytes(RANK_BYTES)} per rank process + "
              f"{approx_bytes(TASK_BASE_BYTES)} per task; {len(rates)} phase(s) of a collective sweep and "
-             f"{len(cfg.modes)} mode(s) x 2 x {cfg.warmup_steps + cfg.steps} steps at the phase's link rate")
+             f"{runs} step series (modes, no-op and local-collective twins) x {cfg.warmup_steps + cfg.steps} "
+             f"steps at the phase's link rate")
     if need is None or step is None:
         basis += f"; no footprint for {cfg.model}: its memory and steps not counted"
     device = (need or 0) + buffers

@@ -23,6 +23,14 @@ class RunMode:
     model: str
     """the :data:`hpcbench.scale.predict.MODE_MODELS` name that predicts it"""
 
+    @property
+    def python_hook(self) -> bool:
+        """Whether it reduces through a Python comm hook (hierarchical, 2-bit), whose own work in a step is timed.
+
+        Plain DDP all-reduces in C++: its cost is the collective's.
+        """
+        return self.comm != "ddp" or self.compression != "none"
+
 
 RUN_MODES: Registry[RunMode] = Registry("scale_model mode")
 for _mode in (RunMode("ddp", "ddp", "none", "ddp"),

@@ -1,45 +1,47 @@
 """Verdict rule of ``scale_model``: C1 (a misestimated AllReduce held a 10B model below 40 % GPU utilisation).
 
-Fixed here from the claim's words and the guide's platform before any value was looked at. C1:
-"misestimating AllReduce communication cost kept a 10-billion-parameter model's GPU utilisation
-below 40 % for a long time". Nothing here can run a 10B model on A100s; what can be measured is
-how far from its line rate a real transport gets over a shaped link, and what the validated
-scale model (:mod:`hpcbench.scale`) then predicts on the guide's platform.
+C1 is an **anecdote**: "misestimating AllReduce communication cost kept a 10-billion-parameter
+model's GPU utilisation below 40 % for a long time". Nothing here can run a 10B model on A100s,
+and the guide gives no setting to rerun; what can be asked is whether the anecdote is
+**consistent with the model**: whether the validated scale model (:mod:`hpcbench.scale`), fed
+with the link efficiency a real transport reaches over a shaped link, puts the busy share of
+the guide's setting below 40 %. Fixed here before any value was looked at.
 
-**The reference point** (every assumption, none tuned to the data):
+**The assumptions** (every one stated in the detail; none tuned to the data):
 
 * platform ``a100_hdr`` (:data:`hpcbench.scale.platforms.PLATFORMS`): 8 A100 per node, NVLink 3
   inside the node, bf16 peak x MFU 0.5 as the sustained rate (each figure's source there);
 * 4 nodes x 8 GPUs, as the guide's job script (``--ntasks=32 --gres=gpu:8``);
-* **one** 200 Gb/s HDR link per node: the literal reading of C16, "connected by 200 Gb/s HDR
-  InfiniBand" (the guide does not say how many NICs; DGX A100 has 8: see the sensitivity);
+* 200 Gb/s HDR InfiniBand (C16), at **1 and at 8 NICs per node** (:data:`C1_NIC_COUNTS`): the
+  guide does not state the count (1: the literal reading of C16; 8: a DGX A100);
 * a 10e9-parameter model trained with plain DDP: a ring all-reduce of float32 gradients in
   DDP's 25 MiB buckets (1 MiB first bucket), no overlap of communication with compute;
-* 2048 tokens per GPU per step; compute = 6 x params x tokens (Kaplan et al. 2020) at the
-  platform's sustained rate;
-* the NIC's bandwidth scaled by the **inter-node link efficiency measured in the launch**: the
-  fitted per-node bandwidth of the ``inter_node`` all-reduce over the phase's shaped rate (how
-  far below its line rate this transport got; one value per shaped phase).
+* 2048 tokens per GPU per step (one 2048-token sequence per GPU, a 32-sequence global batch);
+  compute = 6 x params x tokens (Kaplan et al. 2020) at the platform's sustained rate;
+* the NICs' bandwidth scaled by the **inter-node link efficiency measured in the launch**: the
+  fitted per-node bandwidth of the ``inter_node`` all-reduce over the phase's shaped rate (one
+  value per shaped phase; a launch contributes the median over its phases).
 
-**The quantity**: the predicted busy share ("GPU utilisation", :attr:`Prediction.busy_share`)
-at the reference point, one per shaped phase; a launch contributes the median over its phases.
-Over launches: :func:`hpcbench.report.verdict.single_value` (95 % interval, Bonferroni across
-strict launch groups). **Reference**: at most 0.40 (:data:`C1_REFERENCE`). Reproduced when the
-whole interval lies below 0.40 (the guide's figure is what a correctly priced all-reduce gives on
-its platform, so a planner who priced it lower misestimated it); not reproduced when it lies
-above (the all-reduce cannot explain < 40 % there); inconclusive when it straddles 0.40, with
-fewer than :data:`~hpcbench.report.verdict.MIN_LAUNCHES` launches, or without a shaped link (a
-phase outside the emulated cluster has no line rate to compare with). A phase whose inter-node fit
-is poor (r2 < :data:`C1_MIN_R2`) is left out and named.
+**The quantity**: the predicted busy share ("GPU utilisation", :attr:`Prediction.busy_share`) at
+1 and at 8 NICs per node, each over launches with :func:`hpcbench.report.verdict.single_value`
+(95 % interval, Bonferroni across strict launch groups) against at most 0.40
+(:data:`C1_REFERENCE`). **Outcome** (internally the ledger's three values): consistent with the
+model (``reproduced``) when both NIC counts put the whole interval below 0.40; inconsistent
+(``not reproduced``) when both put it above; ``inconclusive`` when the two NIC counts disagree
+(the guide's setting does not fix the input that decides: the reason names both values), when an
+interval straddles 0.40, with fewer than :data:`~hpcbench.report.verdict.MIN_LAUNCHES` launches,
+or without a shaped link (a phase outside the emulated cluster has no line rate to compare with).
+A phase whose inter-node fit is poor (r2 < :data:`C1_MIN_R2`) is left out and named.
 
 **The detail** says where < 40 % arises and where it does not (the sweep of
 :func:`hpcbench.scale.predict.predict_c1` over NICs per node, gradient bytes and tokens per GPU at
-the median measured efficiency), the misestimate (a planner who prices the all-reduce as the
-gradient bytes sent once over one NIC at its line rate, against the model), and the memory
-caveat: a 10B model with Adam needs ~160 GB per GPU under plain DDP (weights, gradients and two
-moments in fp32), more than an A100's 80 GB, so the guide's run must have sharded its state
-(ZeRO / FSDP); ZeRO's reduce-scatter + all-gather move the same gradient bytes as a ring
-all-reduce (Rajbhandari et al., SC'20, sec. 7), so the communication estimate stands.
+the median measured efficiency), the link efficiency at which one NIC would reach 40 %, the
+misestimate (a planner who prices the all-reduce as the gradient bytes sent once over one NIC at
+its line rate, against the model), and the memory caveat: a 10B model with Adam needs ~160 GB per
+GPU under plain DDP (weights, gradients and two moments in fp32), more than an A100's 80 GB, so
+the guide's run must have sharded its state (ZeRO / FSDP); ZeRO's reduce-scatter + all-gather
+move the same gradient bytes as a ring all-reduce (Rajbhandari et al., SC'20, sec. 7), so the
+communication estimate stands.
 """
 
 from __future__ import annotations
@@ -53,14 +55,17 @@ from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
 from hpcbench.guide.claims import Claim
 from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement
 from hpcbench.report.rulekit import in_group, launch_groups
-from hpcbench.report.verdict import CONFIDENCE, INCONCLUSIVE, Reference, combine, judge, single_value
+from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference, judge,
+                                     single_value)
 from hpcbench.scale.platforms import LinkModel, Platform, get_platform
 from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Prediction, predict_c1, predict_step,
                                     training_flops)
 
 C1_PLATFORM = "a100_hdr"
-#: NICs per node at the reference point: C16's "connected by 200 Gb/s HDR InfiniBand", read literally.
+#: NICs per node of the sensitivity's default point: C16's "connected by 200 Gb/s HDR InfiniBand", read literally.
 C1_NICS = 1
+#: NICs per node the rule judges at: the guide does not state the count (1: C16 read literally; 8: a DGX A100).
+C1_NIC_COUNTS = (1, 8)
 C1_TOKENS = 2048
 C1_GRAD_BYTES = 4
 C1_BUCKET_BYTES = DDP_DEFAULT_BUCKET_BYTES
@@ -146,38 +151,98 @@ def sensitivity_at(summary: pd.DataFrame, cfg: Any) -> pd.DataFrame | None:
                              values="busy_share")
 
 
+def _nics(n: int) -> str:
+    return f"{n} NIC{'s' if n != 1 else ''}"
+
+
+def efficiency_for_threshold(nics: int, threshold: float = C1_THRESHOLD, *, lo: float = 1e-3,
+                             hi: float = 1e3) -> float | None:
+    """The link efficiency (x line rate) at which the reference point's busy share reaches ``threshold``.
+
+    Bisection on a log scale: the busy share grows with the efficiency. None when it is outside
+    ``lo..hi``.
+    """
+    share = lambda e: c1_prediction(e, nics=nics).busy_share  # noqa: E731
+    if not share(lo) <= threshold <= share(hi):
+        return None
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if share(mid) < threshold else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def _assumptions() -> str:
+    return (f"{C1_PLATFORM}: {C1_NODES} nodes x 8 A100 (the guide's 32-task job), 200 Gb/s HDR InfiniBand at "
+            f"{' and '.join(_nics(n) for n in C1_NIC_COUNTS)} per node (the guide does not state the count), a "
+            f"{C1_PARAMS / 1e9:g}B-parameter model under plain DDP, float32 gradients in 25 MiB buckets, no overlap, "
+            f"{C1_TOKENS} tokens per GPU per step (one {C1_TOKENS}-token sequence per GPU, a "
+            f"{C1_NODES * 8}-sequence global batch), compute 6 x params x tokens at the platform's sustained rate "
+            f"(bf16 peak x MFU 0.5), the NICs' bandwidth scaled by the inter-node link efficiency measured in each "
+            f"launch (fitted per-node all-reduce bandwidth / shaped rate; a launch gives the median over its shaped "
+            f"phases)")
+
+
 def _what(evidence: Evidence) -> str:
-    return (f"The scale model, validated on the emulated cluster, predicts the busy share ('GPU utilisation') of a "
-            f"{C1_PARAMS / 1e9:g}B-parameter model under plain DDP on the guide's platform ({C1_PLATFORM}: "
-            f"{C1_NODES} nodes x 8 A100, {C1_NICS} x 200 Gb/s HDR per node as C16 states it, float32 gradients in "
-            f"25 MiB buckets, no overlap, {C1_TOKENS} tokens per GPU per step, 6 x params x tokens at the "
-            f"platform's sustained rate) with the NIC's bandwidth scaled by the inter-node link efficiency measured "
-            f"in each launch (fitted per-node all-reduce bandwidth / shaped rate); a launch gives the median over "
-            f"its shaped phases; reference < {pct(C1_THRESHOLD)}.")
+    return (f"C1 is an anecdote: judged as consistent with the scale model or not, never as re-measured. The model, "
+            f"validated on the emulated cluster, predicts the busy share ('GPU utilisation') of the guide's setting "
+            f"under these assumptions: {_assumptions()}; reference < {pct(C1_THRESHOLD)}. Consistent when both NIC "
+            f"counts put the busy share below it, inconsistent when both put it above, inconclusive when they "
+            f"disagree (the guide's setting does not fix the input that decides).")
 
 
 def _detail(efficiencies: list[float], params: dict[str, Any]) -> str:
-    """Where < 40 % arises and where not, the misestimate and the memory caveat, at the median efficiency."""
+    """Both NIC counts, where < 40 % arises and where not, the misestimate and the memory caveat."""
     eff = float(pd.Series(efficiencies).median())
-    model = c1_prediction(eff)
+    models = {n: c1_prediction(eff, nics=n) for n in C1_NIC_COUNTS}
     naive = naive_estimate()
     sweep = c1_sensitivity(eff, tokens=params.get("c1_tokens") or [512, 1024, 2048, 4096, 8192, 16384],
                            nics=params.get("c1_nics") or [1, 2, 4, 8], grad_bytes=params.get("c1_grad_bytes") or [4, 2])
     state_gb = C1_PARAMS * ADAM_BYTES_PER_PARAM / 1e9
-    return (f" At the median measured efficiency {eff:.2f}: the reference point gives compute {model.compute_s:.2f} s "
-            f"and all-reduce {model.comm_s['total']:.2f} s per step, busy share {pct(model.busy_share)}. Where < 40 % "
-            f"arises and where it does not: " + "; ".join(sensitivity_findings(sweep)) + ". The misestimate: a "
+    at = "; ".join(f"{_nics(n)}: compute {m.compute_s:.2f} s, all-reduce {m.comm_s['total']:.2f} s per step, busy "
+                   f"share {pct(m.busy_share)}" for n, m in models.items())
+    needed = []
+    for n in C1_NIC_COUNTS:
+        e = efficiency_for_threshold(n)
+        if e is not None:
+            needed.append(f"{_nics(n)} at {e:.2f} x line rate")
+    reach = (f" The busy share reaches {pct(C1_THRESHOLD)} with " + ", ".join(needed) + "." if needed else "")
+    one = models[C1_NIC_COUNTS[0]]
+    return (f" At the median measured link efficiency {eff:.2f}: {at}.{reach} Where < 40 % arises and where it "
+            f"does not: " + "; ".join(sensitivity_findings(sweep)) + ". The misestimate: a "
             f"planner who prices the all-reduce as the {C1_PARAMS * C1_GRAD_BYTES / 1e9:g} GB of gradients sent once "
             f"over one NIC at its line rate expects {naive['comm_s']:.2f} s and a busy share of "
             f"{pct(naive['busy_share'])}; the ring sends 2 (N-1)/N of them per node at {pct(eff)} of the line rate, "
-            f"{model.comm_s['total'] / naive['comm_s']:.1f}x that time. Memory: Adam under plain DDP holds "
+            f"{one.comm_s['total'] / naive['comm_s']:.1f}x that time over one NIC. Memory: Adam under plain DDP holds "
             f"{ADAM_BYTES_PER_PARAM} bytes per parameter, {state_gb:.0f} GB per GPU against an A100's "
             f"{A100_MEMORY_BYTES / 1e9:.0f} GB, so the guide's run needed ZeRO-style sharding; its reduce-scatter + "
             f"all-gather move the same gradient bytes as the ring all-reduce, so the communication estimate stands.")
 
 
+def nic_verdict(outcomes: dict[int, Outcome]) -> tuple[str, str]:
+    """(verdict, reason) from the outcomes at each NIC count (:data:`C1_NIC_COUNTS`).
+
+    Both below 40 %: ``reproduced`` (consistent with the model); both above: ``not reproduced``
+    (inconsistent); one each way: ``inconclusive``, the guide not stating the NIC count;
+    otherwise ``inconclusive`` with the first undecided outcome's reason.
+    """
+    verdicts = {n: o.verdict for n, o in outcomes.items()}
+    values = ", ".join(f"{_nics(n)}: {pct(o.interval.estimate)}" for n, o in outcomes.items())
+    if all(v == REPRODUCED for v in verdicts.values()):
+        return REPRODUCED, f"consistent with the model at every NIC count ({values})"
+    if all(v == NOT_REPRODUCED for v in verdicts.values()):
+        return NOT_REPRODUCED, f"inconsistent with the model at every NIC count ({values})"
+    if REPRODUCED in verdicts.values() and NOT_REPRODUCED in verdicts.values():
+        return INCONCLUSIVE, f"the guide does not state the NIC count; {values}"
+    undecided = next(o for o in outcomes.values() if o.verdict == INCONCLUSIVE)
+    return INCONCLUSIVE, f"{undecided.why or 'undecided'} ({values})"
+
+
+def _column(n: int) -> str:
+    return "c1_busy_share" if n == C1_NIC_COUNTS[0] else f"c1_busy_share_{n}nics"
+
+
 def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
-    """C1: the predicted busy share at the guide's platform, per launch, against < 40 %."""
+    """C1 (an anecdote): the predicted busy share at 1 and 8 NICs per node, per launch, against < 40 %."""
     import json
 
     what = _what(evidence)
@@ -186,13 +251,19 @@ def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
     found = []
     for group_text, launches in launch_groups(evidence):
         mine = in_group(rows, launches) if len(rows) else rows
-        values, effs = [], []
+        values: dict[int, list] = {n: [] for n in C1_NIC_COUNTS}
+        effs = []
         for _, g in mine.groupby(["run_id", "task_id"], sort=True):
-            busy = [float(v) for v in g["c1_busy_share"] if pd.notna(v)]
-            if busy:
-                values.append(busy)
-                effs += [float(v) for v in g["efficiency"] if pd.notna(v)]
-        if values:
+            ok = g[g["efficiency"].notna() & g["c1_busy_share"].notna()]
+            if not len(ok):
+                continue
+            for n in C1_NIC_COUNTS:
+                column = _column(n)
+                busy = ([float(v) for v in ok[column]] if column in ok.columns and ok[column].notna().all()
+                        else [c1_prediction(float(e), nics=n).busy_share for e in ok["efficiency"]])
+                values[n].append(busy)
+            effs += [float(v) for v in ok["efficiency"]]
+        if values[C1_NIC_COUNTS[0]]:
             try:
                 params = json.loads(launches.iloc[0]["params"])
             except (TypeError, ValueError):
@@ -203,38 +274,50 @@ def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
                          f"{what} No launch measured the inter-node link's efficiency on a shaped link (the emulated "
                          f"cluster), so nothing to judge." + evidence.excluded_note())
     confidence = 1 - (1 - CONFIDENCE) / len(found)
-    outcomes, labels, parts = [], [], []
+    outcomes, labels, parts, verdicts = [], [], [], []
     for group_text, values, _, _ in found:
-        outcome = judge(single_value(values, unit="", confidence=confidence), C1_REFERENCE, min_steps=1)
-        label = "busy share at the reference point" + (f" ({group_text})" if len(found) > 1 else "")
-        outcomes.append(outcome)
-        labels.append(label)
-        parts.append(f"{label}: {outcome.describe()}")
+        per_nic = {n: judge(single_value(values[n], unit="", confidence=confidence), C1_REFERENCE, min_steps=1)
+                   for n in C1_NIC_COUNTS}
+        verdict, reason = nic_verdict(per_nic)
+        verdicts.append(verdict)
+        where = f" ({group_text})" if len(found) > 1 else ""
+        for n, outcome in per_nic.items():
+            outcomes.append(outcome)
+            labels.append(f"busy share, {_nics(n)} per node{where}")
+        shown = {REPRODUCED: "consistent with the model", NOT_REPRODUCED: "inconsistent with the model"}
+        parts.append("; ".join(f"{_nics(n)} per node{where}: {o.interval.describe()}" for n, o in per_nic.items())
+                     + f" -> {shown.get(verdict, verdict)}: {reason}")
+    if NOT_REPRODUCED in verdicts:
+        overall = NOT_REPRODUCED
+    elif verdicts and all(v == REPRODUCED for v in verdicts):
+        overall = REPRODUCED
+    else:
+        overall = INCONCLUSIVE
     effs = [e for _, _, group_effs, _ in found for e in group_effs]
     detail = what + _detail(effs, found[0][3])
     if len(found) > 1:
         detail += f" {len(found)} launch groups, Bonferroni-corrected."
-    return Judgement(combine(outcomes), "; ".join(parts), detail + evidence.excluded_note(), tuple(outcomes),
-                     tuple(labels))
+    return Judgement(overall, "; ".join(parts), detail + evidence.excluded_note(), tuple(outcomes), tuple(labels))
 
 
 RULES = {"C1": rule_c1}
 
 
 def predict_c1_at_guide_scale(claim: Claim, evidence: Evidence) -> str:
-    """The ledger's predicted column for C1: the reference point's busy share, at the rated link and as measured.
+    """The ledger's predicted column for C1: the busy share at 1 and 8 NICs per node, at the measured link efficiency.
 
     Reads the evidence's ``link_efficiency`` (median over launches) where it has launches; the rated
-    link (efficiency 1) otherwise. The 8-NIC figure shows how much the unstated NIC count decides.
+    link (efficiency 1) otherwise.
     """
     values = evidence.summaries.get("link_efficiency") if len(evidence.summaries) else None
     measured = pd.to_numeric(values, errors="coerce").dropna() if values is not None else pd.Series(dtype=float)
     efficiency = float(measured.median()) if len(measured) else 1.0
     where = (f"link efficiency {efficiency:.2f} (measured, median of {len(measured)} phase(s))" if len(measured)
              else "the rated link (efficiency 1, none measured)")
-    one, eight = c1_prediction(efficiency), c1_prediction(efficiency, nics=8)
+    shares = ", ".join(f"{pct(c1_prediction(efficiency, nics=n).busy_share)} with {_nics(n)} per node"
+                       for n in C1_NIC_COUNTS)
     naive = naive_estimate()
     return (f"Model ({C1_PLATFORM}, {C1_NODES} nodes x 8 GPUs, {C1_PARAMS / 1e9:g}B parameters, plain DDP fp32, "
-            f"{C1_TOKENS} tokens per GPU per step, {where}): busy share {pct(one.busy_share)} with one HDR NIC per "
-            f"node, {pct(eight.busy_share)} with 8; a planner pricing the gradient bytes once over one NIC expects "
-            f"{pct(naive['busy_share'])}")
+            f"no overlap, {C1_TOKENS} tokens per GPU per step, {where}; the guide states neither the NIC count nor "
+            f"the tokens per GPU): busy share {shares}; a planner pricing the gradient bytes once over one NIC "
+            f"expects {pct(naive['busy_share'])}")

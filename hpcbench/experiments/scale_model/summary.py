@@ -7,12 +7,17 @@ Per phase (link rate), from that phase's records only:
 2. the emulated cluster as a platform built from those fits
    (:func:`hpcbench.scale.platforms.emulated_cluster`);
 3. per mode, the predicted step (:func:`hpcbench.scale.predict.predict_step`): compute = the
-   measured median of the same step under a no-op comm hook (plus, for the 2-bit modes, the
-   hook's coding timed alone: ``codec_ms``), the model's gradient elements,
+   measured median of the same step under a no-op comm hook, the model's gradient elements,
    DDP's bucket layout as measured, the share the 2-bit hook sent plainly, the hierarchical
-   stages as all-reduces where they ran so. No overlap of communication with compute is assumed
-   (``overlap_share`` 0): the prediction is an upper bound where DDP hides some of it. The mode's
-   own step times are never an input;
+   stages as all-reduces where they ran so, and two inputs measured without any communication:
+   the **overlap windows** (per bucket, the backward compute left when DDP launches it, from the
+   no-op twin's steps; the exposed communication is the bucket timeline's tail,
+   :func:`hpcbench.scale.predict.exposed_after_compute`) and, for the modes with a Python comm
+   hook (hierarchical, 2-bit), the **hook's own work in a step** (``hook_cpu_ms``: steps with the
+   real hook and local stand-ins for its collectives, minus the no-op step next to each; records
+   without it fall back on the 2-bit coding timed alone, ``codec_ms``). Records without overlap
+   windows are predicted with no overlap (an upper bound). The mode's own step times are never an
+   input;
 4. the residual ``(predicted - measured median) / measured`` against the issue's 15 %;
 5. C1's quantity: the inter-node link efficiency (the ``inter_node`` all-reduce fit's per-node
    bandwidth over the shaped rate) and the busy share it gives at the guide's platform
@@ -40,13 +45,13 @@ TOLERANCE = 0.15
 #: Bytes per gradient element of the models trained here (float32).
 GRAD_BYTES = 4
 STEP_COLUMNS = ["row", "phase", "link_rate", "rate_bps", "mode", "steps", "measured_p50_ms", "measured_ci_low_ms",
-                "measured_ci_high_ms", "compute_ms", "codec_ms", "predicted_ms", "predicted_comm_ms", "residual",
-                "within_15", "samples", "ok", "problem"]
+                "measured_ci_high_ms", "compute_ms", "codec_ms", "hook_cpu_ms", "first_window_ms", "hidden_share",
+                "predicted_ms", "predicted_comm_ms", "residual", "within_15", "samples", "ok", "problem"]
 FIT_COLUMNS = ["op", "group", "group_ranks", "alpha_s", "alpha_err_s", "beta_s_per_byte", "beta_err", "bandwidth_Bps",
                "r2", "sizes", "efficiency"]
 #: ``link_efficiency`` (only where the fit holds) is what the guide-scale predictions read as a measured input
 #: (:class:`hpcbench.scale.guide_scale.MeasuredInputs`).
-C1_COLUMNS = ["c1_busy_share", "c1_comm_s", "c1_compute_s", "link_efficiency"]
+C1_COLUMNS = ["c1_busy_share", "c1_busy_share_8nics", "c1_comm_s", "c1_compute_s", "link_efficiency"]
 COLUMNS = STEP_COLUMNS + FIT_COLUMNS + C1_COLUMNS
 
 
@@ -143,6 +148,7 @@ def _c1_row(fits: dict, base: dict[str, Any], rate_bps: float) -> dict[str, Any]
                            f"no positive beta: alpha and beta do not describe this link"}
     pred = c1_prediction(eff)
     return {**row, "efficiency": eff, "link_efficiency": eff, "r2": fit.r2, "c1_busy_share": pred.busy_share,
+            "c1_busy_share_8nics": c1_prediction(eff, nics=8).busy_share,
             "c1_comm_s": pred.comm_s["total"], "c1_compute_s": pred.compute_s, "ok": True, "problem": ""}
 
 
@@ -159,13 +165,18 @@ def _step_row(rows: Any, mode: str, base: dict[str, Any], platform: Any, layout:
     measured, compute = _median(step), _median(noop)
     codec = _value(mine, "codec_time")
     codec = codec if math.isfinite(codec) else 0.0
+    hook = _value(mine, "hook_cpu_time")  # in a step; noise can take it below 0, where nothing is charged
+    hook = max(0.0, hook) if math.isfinite(hook) else codec
+    windows = mine[(mine["metric"] == "overlap_window") & mine["value"].notna()].sort_values("step")["value"].tolist()
     agree = _value(mine, "params_agree")
     problems = []
     if agree == 0.0:
         problems.append(f"{base['link_rate']} {mode}: its ranks held different parameters after the timed steps")
     row = {**base, "row": "step", "mode": mode, "steps": len(step), "measured_p50_ms": measured * 1e3,
            "measured_ci_low_ms": low * 1e3, "measured_ci_high_ms": high * 1e3, "compute_ms": compute * 1e3,
-           "codec_ms": codec * 1e3, "predicted_ms": math.nan, "predicted_comm_ms": math.nan, "residual": math.nan,
+           "codec_ms": codec * 1e3, "hook_cpu_ms": hook * 1e3,
+           "first_window_ms": windows[0] * 1e3 if windows else math.nan, "hidden_share": math.nan,
+           "predicted_ms": math.nan, "predicted_comm_ms": math.nan, "residual": math.nan,
            "within_15": None, "samples": tuple(step)}
     buckets = mine[(mine["metric"] == "bucket_bytes") & mine["value"].notna()].sort_values("step")["value"]
     elems = [int(b) // GRAD_BYTES for b in buckets]
@@ -176,23 +187,26 @@ def _step_row(rows: Any, mode: str, base: dict[str, Any], platform: Any, layout:
         note = f"{base['link_rate']} {mode}: no step times, no-op steps or gradient count recorded"
     else:
         plain = _value(mine, "plain_fraction")
+        measured_layout = sum(elems) == int(grad_elems)
         try:
             pred = predict_step(grad_elems, platform=platform, nodes=layout["nodes"],
                                 ranks_per_node=layout["ranks_per_node"], mode=RUN_MODES.get(mode).model,
-                                compute_s=compute + codec,
-                                bucket_elems=elems if sum(elems) == int(grad_elems) else None,
+                                compute_s=compute, hook_cpu_s=hook,
+                                bucket_elems=elems if measured_layout else None,
+                                overlap_windows_s=(windows if measured_layout and len(windows) == len(elems)
+                                                   else None),
                                 plain_fraction=plain if math.isfinite(plain) else 0.0,
                                 intra_via_allreduce=_value(mine, "intra_via_allreduce") == 1.0,
-                                chunk_size=Quant2BitConfig().chunk_size, overlap_share=0.0)
+                                chunk_size=Quant2BitConfig().chunk_size)
         except ConfigError as exc:
             note = f"{base['link_rate']} {mode}: no prediction ({exc})"
         else:
             residual = (pred.step_s - measured) / measured
-            if pred.exposed_comm_s < 0:
+            if pred.comm_s["total"] < 0:
                 note = (f"{base['link_rate']} {mode}: negative predicted communication: a fit it uses has a negative "
                         f"alpha or beta (sizes below the link's burst, or too noisy to fit)")
             row.update(predicted_ms=pred.step_s * 1e3, predicted_comm_ms=pred.exposed_comm_s * 1e3,
-                       residual=residual, within_15=bool(abs(residual) <= TOLERANCE))
+                       hidden_share=pred.hidden_share, residual=residual, within_15=bool(abs(residual) <= TOLERANCE))
     return {**row, "ok": not problems, "problem": "; ".join(problems + ([note] if note else []))}
 
 
@@ -243,7 +257,8 @@ def summarize(records: Any) -> Any:
 def residual_table(summary: Any) -> Any:
     """The step rows: link rate, mode, measured median and its CI, predicted, compute, predicted comm, residual."""
     cols = ["link_rate", "mode", "steps", "measured_p50_ms", "measured_ci_low_ms", "measured_ci_high_ms",
-            "predicted_ms", "compute_ms", "codec_ms", "predicted_comm_ms", "residual", "within_15"]
+            "predicted_ms", "compute_ms", "hook_cpu_ms", "codec_ms", "predicted_comm_ms", "hidden_share", "residual",
+            "within_15"]
     return summary[summary["row"] == "step"][cols].reset_index(drop=True)
 
 
@@ -259,16 +274,19 @@ def findings(summary: Any) -> list[str]:
     lines = []
     for r in summary[summary["row"] == "step"].itertuples(index=False):
         if math.isfinite(r.residual):
-            codec = f" + 2-bit coding {r.codec_ms:.1f}" if r.codec_ms > 0 else ""
+            codec = f" + hook work {r.hook_cpu_ms:.1f}" if r.hook_cpu_ms > 0 else ""
+            hidden = f", {pct(r.hidden_share)} of it hidden by backward" if math.isfinite(r.hidden_share) else ""
             lines.append(f"{r.link_rate} {r.mode}: predicted {r.predicted_ms:.1f} ms (compute {r.compute_ms:.1f}"
-                         f"{codec} + communication {r.predicted_comm_ms:.1f}) vs measured {r.measured_p50_ms:.1f} ms: "
+                         f"{codec} + exposed communication {r.predicted_comm_ms:.1f}{hidden}) vs measured "
+                         f"{r.measured_p50_ms:.1f} ms: "
                          f"{pct(r.residual, signed=True)} ({'within' if r.within_15 else 'outside'} {pct(TOLERANCE)})")
         else:
             lines.append(f"{r.link_rate} {r.mode}: measured {r.measured_p50_ms:.1f} ms, no prediction: {r.problem}")
     for r in summary[summary["row"] == "c1"].itertuples(index=False):
         if r.ok:
             lines.append(f"{r.link_rate}: inter-node link efficiency {r.efficiency:.2f} -> C1 busy share at the "
-                         f"guide's platform {pct(r.c1_busy_share, digits=1)}")
+                         f"guide's platform {pct(r.c1_busy_share, digits=1)} with 1 NIC per node, "
+                         f"{pct(r.c1_busy_share_8nics, digits=1)} with 8")
         else:
             lines.append(f"{r.link_rate}: C1 not computed: {r.problem}")
     return lines
@@ -302,7 +320,7 @@ def verify_records(records: Any, cfg: ScaleModelConfig) -> Verification:
                 problems.append(f"{rate} {mode}: {r['steps']} timed steps, expected {cfg.steps}")
             if not math.isfinite(r["predicted_ms"]):
                 problems.append(f"{rate} {mode}: no prediction ({r['problem']})")
-            elif r["predicted_comm_ms"] < 0:
+            elif "negative predicted communication" in str(r["problem"]):
                 problems.append(r["problem"])
             if not r["ok"]:
                 problems.append(r["problem"])

@@ -20,17 +20,27 @@ rank (:func:`run_worker`):
    2-bit hook sent uncompressed, whether the hierarchical stages ran as all-reduces; and
    whether every rank holds the same parameters afterwards; for the 2-bit modes the hook's
    coding of one step's buckets timed alone (``codec_time``, no communication).
+3. two inputs of the prediction measured apart from the mode's own steps, with no communication:
+   the **overlap windows** (``overlap_window``, one per bucket: the backward compute left when the
+   no-op hook saw the bucket, i.e. when DDP would launch its reduction; median over the no-op
+   twin's timed steps, mean over ranks), and for the modes with a Python comm hook (hierarchical,
+   2-bit: :attr:`RunMode.python_hook`) the **hook's own work in a step** (``hook_cpu_time``): a third twin
+   runs the mode's real hook with its collectives replaced by local copies of the same buffers
+   (:func:`local_collectives`), interleaved with the others (``step_time`` with ``comm`` =
+   ``local``); per step its time minus the no-op step's, median over the steps, is what the hook's
+   own coding, padding, copies and thread hand-offs add to a step, contention with backward included.
 
 Every row carries the labels ``phase`` and ``link_rate``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.registry import Registry
@@ -271,6 +281,116 @@ def codec_step_seconds(layout_elems: list[int], plain_fraction: float, topo: Top
     return totals[len(totals) // 2]
 
 
+class ReadyTimes(dict):
+    """``BucketLog.sizes`` that also notes when the no-op hook was handed each bucket (``perf_counter``).
+
+    DDP calls the hook of bucket ``i`` once buckets ``0..i`` are all ready, i.e. when it would
+    launch bucket ``i``'s reduction; the last bucket's call marks the end of the gradient compute.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[int, float]] = []
+
+    def __setitem__(self, key: int, value: int) -> None:
+        self.calls.append((int(key), time.perf_counter()))
+        super().__setitem__(key, value)
+
+    def windows(self, last_steps: int) -> list[float]:
+        """Per bucket, the median over the last ``last_steps`` complete steps of (last bucket's call - its call)."""
+        n = len(self)
+        steps: list[dict[int, float]] = []
+        for index, t in self.calls:
+            if index == 0:
+                steps.append({})
+            if steps:
+                steps[-1][index] = t
+        complete = [st for st in steps if sorted(st) == list(range(n))][-last_steps:]
+        if not complete:
+            return []
+        out = []
+        for i in range(n):
+            gaps = sorted(st[n - 1] - st[i] for st in complete)
+            out.append(gaps[len(gaps) // 2])
+        return out
+
+
+class _Done:
+    """A finished ``Work``: what the local stand-ins of :func:`local_collectives` return."""
+
+    def wait(self) -> bool:
+        return True
+
+
+class _LocalDist:
+    """``torch.distributed`` as the comm hooks call it, their collectives replaced by local copies (no traffic)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)  # group sizes and ranks: the real ones, so the work is the same
+
+    def all_to_all_single(self, output: Any, input: Any, group: Any = None, async_op: bool = False) -> _Done:
+        output.copy_(input)
+        return _Done()
+
+    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> _Done:
+        return _Done()
+
+    def all_gather_into_tensor(self, output: Any, input: Any, group: Any = None, async_op: bool = False) -> _Done:
+        output.view(-1, input.numel()).copy_(input.reshape(1, -1).expand(output.numel() // input.numel(), -1))
+        return _Done()
+
+    def reduce_scatter_tensor(self, output: Any, input: Any, op: Any = None, group: Any = None,
+                              async_op: bool = False) -> _Done:
+        output.copy_(input.reshape(-1)[:output.numel()])
+        return _Done()
+
+    # the names hooks.all_gather_async / reduce_scatter_async prefer where torch has them
+    all_gather_single = all_gather_into_tensor
+    reduce_scatter_single = reduce_scatter_tensor
+
+
+#: Modules whose comm hooks reach torch.distributed through their own ``_dist()`` (the hierarchical hook, the
+#: 2-bit hook and the helpers they share).
+HOOK_MODULES = ("hpcbench.parallel.hooks", "hpcbench.parallel.compression")
+
+
+@contextlib.contextmanager
+def local_collectives() -> Iterator[None]:
+    """Inside: the collectives of :data:`HOOK_MODULES` are local copies of the same buffers.
+
+    Measures a Python comm hook's own work in a real step (its background thread, its pads,
+    gathers, coding, residuals and copies, contention with backward) without any of its
+    communication. Collective calls outside those modules (barriers, the timing's all-reduces,
+    DDP's own) are untouched.
+    """
+    import importlib
+
+    modules = [importlib.import_module(name) for name in HOOK_MODULES]
+    saved = [module._dist for module in modules]
+    local = _LocalDist(saved[0]())
+    for module in modules:
+        module._dist = lambda: local
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, saved):
+            module._dist = original
+
+
+def _mean_over_ranks(values: list[float], device: Any) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    if not values:
+        return []
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return (t / dist.get_world_size()).cpu().tolist()
+
+
 def _plain_fraction(model: Any) -> float:
     """The share of gradient elements the 2-bit hook sent uncompressed (0 without a compression state)."""
     stats = getattr(getattr(model, "compression_state", None), "stats", None)
@@ -306,16 +426,32 @@ def train_modes(cfg: ScaleModelConfig, topo: Topology, rank: Any, writer: Record
         mode = RUN_MODES.get(name)
         model = parallelize(copy.deepcopy(base), mode.comm, topo, device=device, state=state,
                             compression=mode.compression)
-        # the no-op twin is built with the mode's bucket cap, so its log shows the mode's layout
-        logs[name] = BucketLog()
+        # the no-op twin is built with the mode's bucket cap, so its log shows the mode's layout (and when each
+        # bucket is ready: the overlap windows)
+        logs[name] = BucketLog(sizes=ReadyTimes())
         noop = parallelize(copy.deepcopy(base), mode.comm, topo, device=device, comm="noop", bucket_log=logs[name],
                            compression=mode.compression)
         models[name] = model
         opt, noop_opt = torch.optim.SGD(model.parameters(), lr=1e-3), torch.optim.SGD(noop.parameters(), lr=1e-3)
         runs[f"{name}/mode"] = lambda m=model, o=opt: accumulation_step(m, [batch], spec.loss, o)
         runs[f"{name}/noop"] = lambda m=noop, o=noop_opt: accumulation_step(m, [batch], spec.loss, o)
+        if mode.python_hook:
+            # the mode's real hook, its collectives local copies: the hook's own work as a step shows it
+            twin = parallelize(copy.deepcopy(base), mode.comm, topo, device=device, state=state,
+                               compression=mode.compression)
+            twin_opt = torch.optim.SGD(twin.parameters(), lr=1e-3)
+
+            def local_step(m=twin, o=twin_opt):
+                with local_collectives():
+                    return accumulation_step(m, [batch], spec.loss, o)
+
+            runs[f"{name}/local"] = local_step
     times = interleaved_step_times(runs, device=device, steps=cfg.steps, warmup=cfg.warmup_steps, sync=rank.sync)
     agree = {name: ranks_agree(model) for name, model in models.items()}  # collective: every rank
+    windows = {name: _mean_over_ranks(logs[name].sizes.windows(cfg.steps), device) for name in cfg.modes}
+    # the hook's own work: per step, the twin with local collectives minus the no-op twin timed next to it
+    hook_cpu = {name: _median([a - b for a, b in zip(times[f"{name}/local"], times[f"{name}/noop"])])
+                for name in cfg.modes if f"{name}/local" in times}
     codec = {}
     for name in cfg.modes:
         mode = RUN_MODES.get(name)
@@ -334,9 +470,18 @@ def train_modes(cfg: ScaleModelConfig, topo: Topology, rank: Any, writer: Record
     for name in cfg.modes:
         labels = {"mode": name, **phase}
         layout = logs[name].layout()
-        for comm in ("mode", "noop"):
-            for i, t in enumerate(times[f"{name}/{comm}"]):
+        for comm in ("mode", "noop", "local"):
+            for i, t in enumerate(times.get(f"{name}/{comm}", [])):
                 writer.add("step_time", t, "s", step=i, labels={**labels, "comm": comm})
+        if name in hook_cpu:
+            writer.add("hook_cpu_time", hook_cpu[name], "s", labels=labels,
+                       text="the comm hook's own work in a step: per step, the step with the real hook and its "
+                            "collectives replaced by local copies minus the no-op step timed next to it (median over "
+                            f"{cfg.steps} steps, slowest ranks; below 0: noise)")
+        for i, w in enumerate(windows[name]):
+            writer.add("overlap_window", w, "s", step=i, labels=labels,
+                       text=None if i else "per bucket in reduction order, the backward compute left when DDP "
+                                           "launches it (no-op twin, median over its timed steps, mean over ranks)")
         writer.add("bucket_count", float(len(layout)), "", labels=labels,
                    text="bucket bytes in reduction order: " + ",".join(map(str, layout)))
         for i, nbytes in enumerate(layout):
@@ -357,6 +502,12 @@ def train_modes(cfg: ScaleModelConfig, topo: Topology, rank: Any, writer: Record
         steps = sorted(times[f"{name}/mode"])
         progress(f"phase {phase['phase']} ({phase['link_rate']}): {name} step p50 {steps[len(steps) // 2] * 1e3:.1f} "
                  f"ms, no-op p50 {sorted(times[f'{name}/noop'])[len(steps) // 2] * 1e3:.1f} ms")
+
+
+def _median(values: list[float]) -> float:
+    vals = sorted(values)
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
 
 def run_worker(cfg: ScaleModelConfig, topo: Topology, writer: RecordWriter) -> None:
