@@ -14,8 +14,9 @@ from hpcbench.core.errors import ConfigError
 from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
 from hpcbench.experiments.fault_tolerance.summary import summarize, verify_records
 
-TINY = dict(models=["gpt2_tiny"], zstd_levels=[0, 3], repeats=2, steps_between_saves=1, light_every_steps=2,
-            failures=3, survival_jobs=24, seq_len=16)
+TINY = dict(models=["gpt2_tiny"], zstd_levels=[0, 3], repeats=2, steps_between_saves=1, failures=3,
+            failure_light_every_s=0.3, failure_mtbf_s=0.3, overhead_saves=2, survival_jobs=4, survival_try_s=0.1,
+            survival_mtbf_s=0.15, seq_len=16)
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +53,24 @@ def test_notebook_runs_tiny(tiny_run):
     # the asynchronous save stalls less than the synchronous one
     stall = summary[summary["phase"] == "stall"].set_index(["dtype", "mode"])["stall_p50_s"]
     assert stall["float32", "async"] < stall["float32", "sync"]
-    # work lost: within one light interval; a torn newest checkpoint skipped
-    lost = labelled(df, "work_lost_seconds")
-    assert len(lost) == TINY["failures"] and lost["value"].between(0, 600).all()
+    # work lost, in wall time: positive, restore included, from the newest complete checkpoint; a torn one skipped
+    lost = labelled(df, "work_lost_share")
+    assert len(lost) == TINY["failures"] and (lost["value"] > 0).all()
+    scaled = labelled(df, "work_lost_seconds")["value"].to_numpy()
+    assert scaled == pytest.approx(lost["value"].to_numpy() * 600)
+    assert (labelled(df, "restored_newest")["value"] == 1).all()
     assert (df[df["metric"] == "torn_checkpoint_skipped"]["value"] == 1).all()
-    # survival: every job made 1..3 attempts, a failed one all 3
-    failed = labelled(df, "job_failed", phase="survival")["value"].to_numpy()
-    tries = labelled(df, "job_tries", phase="survival")["value"].to_numpy()
-    assert len(failed) == TINY["survival_jobs"] and ((tries >= 1) & (tries <= 3)).all()
-    assert (tries[failed == 1] == 3).all()
+    # the overhead model's light saves stall its training loop
+    assert len(labelled(df, "save_stall_seconds", phase="overhead")) == TINY["overhead_saves"]
+    # survival, both arms: the wrapper made 1..3 tries, a failed job all 3, and followed its policy; one try alone
+    for arm, most in (("wrapper", 3), ("single", 1)):
+        failed = labelled(df, "job_failed", phase="survival", mode=arm)["value"].to_numpy()
+        tries = labelled(df, "job_tries", phase="survival", mode=arm)["value"].to_numpy()
+        assert len(failed) == TINY["survival_jobs"] and ((tries >= 1) & (tries <= most)).all()
+        assert (tries[failed == 1] == most).all()
+        assert (labelled(df, "wrapper_policy_followed", mode=arm)["value"] == 1).all()
+    assert (labelled(df, "shard_repaired", phase="repair")["value"] == 1).all()
+    assert labelled(df, "try_failed", phase="survival")["value"].sum() > 0  # the injector struck
     assert not list(out_dir.glob("checkpoints-*"))            # removed (keep_checkpoints off)
     nb = nbformat.read(tmp / "fault_tolerance.ipynb", as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
@@ -102,7 +112,7 @@ def test_presenter_renders_the_tiny_run(tiny_run):
     sections = EXPERIMENTS.get("fault_tolerance").present(ExperimentData("fault_tolerance", ["run"], stats, text, None))
     ids = [t.id for t in sections[0].tables]
     assert {"fault-tolerance-tiers", "fault-tolerance-levels", "fault-tolerance-stall", "fault-tolerance-recovery",
-            "fault-tolerance-survival"} <= set(ids)
+            "fault-tolerance-survival", "fault-tolerance-overhead"} <= set(ids)
     tiers = sections[0].tables[ids.index("fault-tolerance-tiers")]
     assert len(tiers.rows) == 4
     assert sections[0].figures and sections[0].figures[0].png_base64

@@ -145,6 +145,9 @@ class Experiment:
     the evidence is the predicting experiment's own, possibly with no launches."""
     context_claims: tuple[str, ...] = ()
     """Claims the experiment informs without judging them (C16's inventory)."""
+    regimes: Mapping[str, Any] = field(default_factory=dict)
+    """Claim id -> the :class:`hpcbench.scale.regime.GuideRegime` its figure was measured in: the ledger
+    shows it beside the regime the launches reached (their ``fact.regime.*``)."""
     present: Callable[..., list] | None = None
     """The report section: present(data: ExperimentData) -> list[Section]."""
     raw_rows: bool = False

@@ -274,7 +274,7 @@ def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exc
                         Cell(str(row.wording or "")))),
             Cell(str(row.section or "")),
             Cell(_value_text(row.claimed)),
-            *(Cell(_value_text(r.measured) if r is not None else "–") for r in by_src),
+            *(_measured_cell(r) for r in by_src),
             _predicted_cell(labels, by_src),
             Cell(parts=tuple(verdict_parts)),
         ])
@@ -284,6 +284,16 @@ def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exc
     if figure is not None:
         section.figures.append(figure)
     return section
+
+
+def _measured_cell(row: Any) -> Cell:
+    """What was measured; for a figure measured in a regime, the guide's regime and the one reached first."""
+    if row is None:
+        return Cell("–")
+    regime = str(getattr(row, "regime", "") or "")
+    if not regime:
+        return Cell(_value_text(row.measured))
+    return Cell(parts=(Cell(regime[0].upper() + regime[1:], "regime"), Cell(_value_text(row.measured))))
 
 
 def _predicted_cell(labels: Sequence[str], by_src: Sequence[Any]) -> Cell:

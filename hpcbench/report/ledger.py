@@ -103,6 +103,8 @@ class LedgerRow:
     """The guide's own arithmetic (:attr:`hpcbench.guide.claims.Claim.predicted`)."""
     kind: str = FIGURE
     """The claim's kind (:data:`hpcbench.guide.claims.KINDS`)."""
+    regime: str = ""
+    """For a figure measured in a regime: the guide's regime and the one the launches reached; else ``""``."""
 
     def __post_init__(self) -> None:
         # An invariant of this module, not a user error: rules must use VERDICTS.
@@ -148,13 +150,14 @@ def combined_prediction(model_prediction: str, guide_arithmetic: str) -> str:
     return f"{model_prediction}{PREDICTION_SEPARATOR}{GUIDE_ARITHMETIC}: {guide_arithmetic}"
 
 
-def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_prediction: str = "") -> LedgerRow:
+def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_prediction: str = "",
+           regime: str = "") -> LedgerRow:
     """The ledger row of ``claim`` (the claim's own fields are copied, never retyped)."""
     return LedgerRow(claim_id=claim.id, section=claim.section, wording=claim.wording, claimed=claim.claimed(),
                      measured=judgement.measured, predicted=combined_prediction(model_prediction, claim.predicted),
                      verdict=judgement.verdict, detail=judgement.detail, experiment=experiment,
                      outcomes=judgement.outcomes, labels=judgement.labels, model_prediction=model_prediction,
-                     guide_arithmetic=claim.predicted, kind=claim.kind)
+                     guide_arithmetic=claim.predicted, kind=claim.kind, regime=regime)
 
 
 # -- launches, summaries, facts ---------------------------------------------------------
@@ -379,13 +382,19 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
     if not present:
         return _not_measured(claim, owner, f"No records of experiment '{owner}'; running it would measure "
                                            f"this claim.", model)
+    regime = ""
     try:
         evidence = _evidence(owner, records, statuses, summaries, cache)
-        judgement = EXPERIMENTS.get(owner).rules[claim.id](claim, evidence)
+        spec = EXPERIMENTS.get(owner)
+        if claim.id in spec.regimes:
+            from hpcbench.scale.regime import regime_summary
+
+            regime = regime_summary(spec.regimes[claim.id], evidence.launches)
+        judgement = spec.rules[claim.id](claim, evidence)
     except Exception as exc:  # noqa: BLE001 - one broken rule must not take the ledger down
         judgement = Judgement("inconclusive", NO_VALUE,
                               f"The rule of {owner} failed ({type(exc).__name__}: {exc}), so no verdict.")
-    return row_of(claim, judgement, owner, model)
+    return row_of(claim, judgement, owner, model, regime)
 
 
 def evaluate_claims(records: pd.DataFrame, *, statuses: Mapping[tuple[str, str], str] | None = None,

@@ -68,8 +68,10 @@ def launch_groups(evidence: Evidence, ignore_params: Iterable[str] = ()) -> list
     """The launches split by parameters (less ``ignore_params``), :data:`GROUP_FACTS` and session.
 
     Returns:
-        (a readable description of the group, its launches) in a stable order; the session
-        (``run_id``) is named in the description only when the evidence holds several.
+        (a readable description of the group, its launches) in a stable order. With several
+        groups a description names only what tells the groups apart (the parameters and facts
+        that differ among them, the session when there are several); one group is described by
+        its recorded facts.
     """
     launches = evidence.launches
     if launches.empty:
@@ -88,11 +90,21 @@ def launch_groups(evidence: Evidence, ignore_params: Iterable[str] = ()) -> list
         return json.dumps({"params": params, "facts": facts}, sort_keys=True, default=str)
 
     keyed = launches.assign(_group=[key(r) for _, r in launches.iterrows()])
+    parsed = {k: json.loads(k) for k in keyed["_group"].unique()}
+
+    def varying(part: str) -> list[str]:
+        names = sorted({n for p in parsed.values() for n in p[part]})
+        return [n for n in names if len({json.dumps(p[part].get(n), default=str) for p in parsed.values()}) > 1]
+
+    several = len(parsed) > 1
+    params_shown, facts_shown = (varying("params"), varying("facts")) if several else ([], None)
     groups = []
     for k, g in keyed.groupby("_group", sort=True):
-        facts = json.loads(k)["facts"]
-        shown = ", ".join(f"{name} {v}" for name, v in facts.items() if v != "?")
-        groups.append((shown or "no recorded facts", g.drop(columns="_group")))
+        facts = parsed[k]["facts"]
+        parts = [f"{name} {_fact_text(parsed[k]['params'].get(name))}" for name in params_shown]
+        parts += [f"{name} {v}" for name, v in facts.items()
+                  if v != "?" and (facts_shown is None or name in facts_shown)]
+        groups.append((", ".join(parts) or "no recorded facts", g.drop(columns="_group")))
     return groups
 
 

@@ -45,8 +45,6 @@ import numpy as np
 MIN_LAUNCHES = 5
 MIN_STEPS = 10
 CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 20151115  # SC15's opening day: any fixed seed makes reports reproducible
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"

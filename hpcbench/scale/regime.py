@@ -335,6 +335,30 @@ def regime_applies(launches: Any, regime: GuideRegime) -> Callable[[Any], str | 
     return applies
 
 
+def regime_summary(regime: GuideRegime, launches: Any) -> str:
+    """One sentence for the ledger: the guide's regime, and the regime the launches reached.
+
+    Calibrated launches are those that recorded :data:`FACT_TARGET` (the worker writes the regime
+    facts only after calibrating); the others ran on a fixed link and are context.
+    """
+    guide = f"guide's regime: {regime.baseline} {regime.target_busy:.0%} busy"
+    n = len(launches)
+    target = launches[FACT_TARGET] if n and FACT_TARGET in launches.columns else None
+    calibrated = launches[[_number(v) is not None for v in target]] if target is not None else launches.iloc[0:0]
+    fixed = n - len(calibrated)
+    context = f"; {fixed} fixed-link launch(es) shown as context" if fixed else ""
+    if not len(calibrated):
+        return f"{guide}; reached: no launch was calibrated to it (regime: guide), so the figure is not judged{context}"
+    reached = sorted(v for v in (_number(r) for r in calibrated.get(FACT_REACHED, [])) if v is not None)
+    within = sum(regime.matches(v) for v in reached)
+    rates = sorted(v for v in (_number(r) for r in calibrated.get(FACT_RATE, [])) if v is not None)
+    shown = (f"median {reached[len(reached) // 2]:.0%} ({reached[0]:.0%}-{reached[-1]:.0%})" if reached
+             else "busy share not recorded")
+    link = f", link {rates[len(rates) // 2] / 1e6:.0f} Mbit/s (median)" if rates else ""
+    return (f"{guide} +-{regime.tolerance * 100:.0f} points; reached: {shown}{link}; {within} of "
+            f"{len(calibrated)} calibrated launch(es) within it{context}")
+
+
 # -- the adapter: calibration inside a launch ------------------------------------------------------
 
 def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates_bps: Sequence[float],

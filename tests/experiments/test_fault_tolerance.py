@@ -7,16 +7,26 @@ from synthetic import launches, noisy
 from hpcbench.experiments.fault_tolerance.rules import failure_ratio, survival_reference
 from hpcbench.experiments.fault_tolerance.summary import summarize
 from hpcbench.report.ledger import evaluate_claim
+from hpcbench.report.verdict import clopper_pearson
 
 MODELS, DTYPES = ["resnet_tiny", "gpt2_tiny"], ["float32", "bfloat16"]
 PARAMS = {"models": MODELS, "dtypes": DTYPES, "zstd_level": 3, "light_interval_s": 600.0,
-          "full_interval_s": 3600.0, "failure_p": 0.5, "survival_jobs": 200}
+          "full_interval_s": 3600.0, "overhead_model": "gpt2_124M", "survival_jobs": 200}
 ONE_MACHINE = {"cluster": "one machine", "infiniband": "absent", "gpus": 0.0}
 
 
-def ft_rows(seed=0, *, save_s=0.2, ratio=1.08, lost_s=300.0, p=0.5, failed_share=0.125, jobs=500, tries=3,
-            restored=1.0, fs="ext4 at /", sync_s=0.2, async_s=0.004):
-    """One launch's records: saves per model x dtype x tier, stalls, work lost, survival jobs, checks."""
+def exact(share, n, seed):
+    """n 0/1 values holding round(share * n) ones, shuffled."""
+    k = int(round(share * n))
+    values = np.array([1.0] * k + [0.0] * (n - k))
+    np.random.default_rng(seed).shuffle(values)
+    return list(values)
+
+
+def ft_rows(seed=0, *, save_s=0.2, stall_s=0.2, ratio=1.08, lost_s=300.0, newest=1.0, p=0.5, wrapper_share=0.125,
+            single_share=0.5, policy=1.0, repaired=1.0, jobs=200, tries=3, restored=1.0, fs="ext4 at /",
+            sync_s=0.2, async_s=0.004):
+    """One launch's records: saves per model x dtype x tier, stalls, work lost, both survival arms, checks."""
     rows = [("storage.filesystem", None, "", {}, fs)]
     for i, model in enumerate(MODELS):
         for j, dtype in enumerate(DTYPES):
@@ -35,14 +45,24 @@ def ft_rows(seed=0, *, save_s=0.2, ratio=1.08, lost_s=300.0, p=0.5, failed_share
             for mode, secs in (("sync", sync_s), ("async", async_s)):
                 rows.append(("stall_seconds", noisy(secs, n=10, seed=k + 3), "s",
                              {"phase": "stall", "model": model, "dtype": dtype, "tier": "light", "mode": mode}))
-    fail = {"phase": "failure", "model": MODELS[0], "dtype": DTYPES[0], "light_every_steps": 8}
+    over = {"phase": "overhead", "model": "gpt2_124M", "dtype": DTYPES[0], "tier": "light", "interval_s": 600.0}
+    stalls = noisy(stall_s, n=10, spread=0.05, seed=seed + 5)
+    rows += [("save_stall_seconds", stalls, "s", over),
+             ("overhead_share", [100 * s / (600 + s) for s in stalls], "%", over)]
+    fail = {"phase": "failure", "model": MODELS[0], "dtype": DTYPES[0], "cadence_s": 1.0}
     rng = np.random.default_rng(seed)
-    rows += [("work_lost_seconds", list(rng.uniform(0.2, 1.8, 12) * lost_s), "s", fail),
-             ("work_lost_expected_seconds", 300.0, "s", fail), ("torn_checkpoint_skipped", 1.0, "bool", fail)]
-    surv = {"phase": "survival", "p": p, "tries": tries}
-    failed = (rng.random(jobs) < failed_share).astype(float)
-    rows += [("job_failed", list(failed), "bool", surv),
-             ("job_tries", list(np.where(failed > 0, tries, 1.0)), "count", surv)]
+    lost = list(rng.uniform(0.2, 1.8, 12) * lost_s)
+    rows += [("work_lost_seconds", lost, "s", fail), ("work_lost_share", [v / 600 for v in lost], "ratio", fail),
+             ("restored_newest", exact(newest, 12, seed), "bool", fail),
+             ("torn_checkpoint_skipped", 1.0, "bool", fail)]
+    for arm, arm_tries, share in (("wrapper", tries, wrapper_share), ("single", 1, single_share)):
+        surv = {"phase": "survival", "mode": arm, "tries": arm_tries}
+        failed = np.array(exact(share, jobs, seed + 4))
+        rows += [("job_failed", list(failed), "bool", surv),
+                 ("job_tries", list(np.where(failed > 0, arm_tries, 1.0)), "count", surv),
+                 ("wrapper_policy_followed", exact(policy, jobs, seed + 1), "bool", surv),
+                 ("try_failed", exact(p, 2 * jobs, seed + 2), "bool", surv)]
+    rows.append(("shard_repaired", exact(repaired, 40, seed + 3), "bool", {"phase": "repair", "tries": tries}))
     return rows
 
 
@@ -58,8 +78,13 @@ def test_summary_rows_and_checks(tmp_path):
     assert all(len(s) == 10 for s in save["samples"]) and all(len(s) == 10 for s in save["ratio_samples"])
     stall = summary[(summary["phase"] == "stall") & (summary["mode"] == "async")]
     assert (stall["stall_vs_sync"] < 0.05).all()
-    surv = summary[summary["phase"] == "survival"].iloc[0]
-    assert surv["jobs"] == 500 and surv["predicted"] == pytest.approx(0.125) and surv["tries"] == 3
+    surv = summary[summary["phase"] == "survival"].set_index("mode")
+    assert surv.loc["wrapper", "jobs"] == 200 and surv.loc["wrapper", "tries"] == 3 and surv.loc["single", "tries"] == 1
+    assert surv["p_try"].tolist() == pytest.approx([0.5, 0.5]) and len(surv.loc["wrapper", "policy_samples"]) == 200
+    failure = summary[summary["phase"] == "failure"].iloc[0]
+    assert len(failure["samples"]) == 12 and len(failure["restored_newest_samples"]) == 12
+    assert summary[summary["phase"] == "overhead"]["save_p50_s"].iloc[0] == pytest.approx(0.2, rel=0.1)
+    assert summary[summary["phase"] == "repair"]["repaired"].iloc[0] == 40
     assert summary["ok"].all() and not summary["problem"].any()
     bad = summarize(records(tmp_path / "bad", n=1, restored=0.0))
     assert not bad["ok"].any() and "differed" in bad["problem"].iloc[0]
@@ -68,12 +93,15 @@ def test_summary_rows_and_checks(tmp_path):
 def test_c11_reproduced_when_saves_are_cheap_compressed_and_lose_half_an_interval(tmp_path):
     row = evaluate_claim("C11", records(tmp_path))
     assert row.verdict == "reproduced", row.measured
-    assert len(row.outcomes) == 2 * 2 * 3 + 1
+    assert len(row.outcomes) == 2 * 2 * 3 + 1 + 2
     assert any("light: save / (600 s + save)" in label for label in row.labels)
+    assert any("gpt2_124M light save's stall" in label for label in row.labels)
 
 
-@pytest.mark.parametrize("change", [dict(save_s=30.0), dict(ratio=1.0), dict(lost_s=1500.0)],
-                         ids=["slow saves", "incompressible", "work lost"])
+@pytest.mark.parametrize("change", [dict(save_s=30.0), dict(stall_s=19.9), dict(ratio=1.0), dict(lost_s=900.0),
+                                    dict(newest=0.5)],
+                         ids=["slow saves", "gpt2 save stalls 3 %", "incompressible", "work lost",
+                              "restores fall back"])
 def test_c11_not_reproduced_when_a_part_fails(tmp_path, change):
     row = evaluate_claim("C11", records(tmp_path, **change))
     assert row.verdict == "not reproduced", row.measured
@@ -85,13 +113,13 @@ def test_c11_inconclusive_with_few_launches(tmp_path):
 
 
 def test_c11_in_memory_checkpoints_are_not_applicable(tmp_path):
-    row = evaluate_claim("C11", records(tmp_path, fs="tmpfs at /tmp", save_s=30.0))
+    row = evaluate_claim("C11", records(tmp_path, fs="tmpfs at /tmp", save_s=30.0, lost_s=900.0))
     assert row.verdict == "inconclusive" and "tmpfs" in row.measured
 
 
 def test_c11_other_intervals_are_not_applicable_for_the_overhead(tmp_path):
     row = evaluate_claim("C11", records(tmp_path, params={**PARAMS, "light_interval_s": 60.0}))
-    light = [o for o, label in zip(row.outcomes, row.labels) if "light: save" in label]
+    light = [o for o, label in zip(row.outcomes, row.labels) if "light: save" in label or "work lost" in label]
     assert light and all(o.verdict == "inconclusive" and "light_interval_s" in o.why for o in light)
 
 
@@ -100,34 +128,42 @@ def test_c11_launches_that_restored_wrong_state_do_not_count(tmp_path):
     assert row.verdict == "inconclusive" and "differed" in row.detail
 
 
-def test_c15_reproduced_when_jobs_fail_at_p_cubed(tmp_path):
+def test_c15_reproduced_when_the_wrapper_reruns_repairs_and_jobs_fail_at_p_try_cubed(tmp_path):
     row = evaluate_claim("C15", records(tmp_path))
     assert row.verdict == "reproduced", row.measured
-    assert "p = 0.5" in row.labels[0]
+    assert len(row.outcomes) == 4 and "p_try = 0.50" in row.labels[3]
 
 
-def test_c15_not_reproduced_when_jobs_fail_at_p_squared(tmp_path):
-    row = evaluate_claim("C15", records(tmp_path, failed_share=0.25))
+@pytest.mark.parametrize("change", [dict(wrapper_share=0.25), dict(wrapper_share=0.5), dict(policy=0.5),
+                                    dict(repaired=0.0)],
+                         ids=["jobs fail at p^2", "no better than one try", "wrapper stops early", "no repair"])
+def test_c15_not_reproduced_when_a_part_fails(tmp_path, change):
+    row = evaluate_claim("C15", records(tmp_path, **change))
     assert row.verdict == "not reproduced", row.measured
 
 
 def test_c15_inconclusive_with_few_launches_or_too_few_expected_failures(tmp_path):
     row = evaluate_claim("C15", records(tmp_path / "few", n=2))
     assert row.verdict == "inconclusive" and "n = 2 launches" in row.measured
-    row = evaluate_claim("C15", records(tmp_path / "rare", p=0.1, failed_share=0.0))
+    row = evaluate_claim("C15", records(tmp_path / "rare", p=0.1, wrapper_share=0.0, single_share=0.1))
     assert row.verdict == "inconclusive" and "expect" in row.measured
 
 
 def test_c15_another_try_count_is_not_applicable(tmp_path):
-    row = evaluate_claim("C15", records(tmp_path, tries=2, failed_share=0.25))
-    assert row.verdict == "inconclusive" and "2 tries" in row.measured
+    row = evaluate_claim("C15", records(tmp_path, tries=2, wrapper_share=0.25))
+    assert row.verdict == "inconclusive" and "[2] tries" in row.measured
 
 
-def test_failure_ratio_interval_brackets_the_truth():
+def test_failure_ratio_brackets_the_truth_with_exact_bounds():
     rng = np.random.default_rng(1)
-    outcomes = [list((rng.random(400) < 0.125).astype(float)) for _ in range(6)]
-    interval = failure_ratio(outcomes, 0.125)
-    assert interval.launches == 6 and interval.steps == 400
-    assert interval.low < 1.0 < interval.high and interval.high - interval.low < 0.6
+    failed = int((rng.random(1200) < 0.125).sum())
+    interval = failure_ratio(failed, 1200, (0.125, 0.125, 0.125), launches=6, jobs=200)
+    assert interval.launches == 6 and interval.steps == 200
+    assert interval.low < 1.0 < interval.high and interval.high - interval.low < 0.5
+    low, high = clopper_pearson(failed, 1200)
+    assert (interval.low, interval.high) == pytest.approx((low / 0.125, high / 0.125))
+    # a denominator with its own interval widens the ratio's: bounds over the opposite bounds
+    wide = failure_ratio(failed, 1200, (0.5, 0.45, 0.55), launches=6, jobs=200)
+    assert wide.low == pytest.approx(low / 0.55) and wide.high == pytest.approx(high / 0.45)
     band = survival_reference(0.5)
     assert band.lower == pytest.approx(0.5 ** 0.5) and band.upper == pytest.approx(2 ** 0.5)

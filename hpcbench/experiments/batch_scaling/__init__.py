@@ -3,7 +3,7 @@
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
-from hpcbench.experiments.batch_scaling.config import BatchScalingConfig
+from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME, BatchScalingConfig
 from hpcbench.experiments.batch_scaling.present import present_batch_scaling
 from hpcbench.experiments.batch_scaling.rules import RULES
 from hpcbench.experiments.batch_scaling.summary import summarize
@@ -60,6 +60,7 @@ SPEC = register(Experiment(
     description="per-rank throughput and memory for 1x..8x a base batch, with and without gradient accumulation",
     summarize=summarize,
     rules=RULES,
+    regimes={"C2": GUIDE_REGIME},
     present=present_batch_scaling,
     resources=distributed_resources,
     estimate=estimate,

@@ -4,7 +4,7 @@ from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import TRACE_STEPS
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
-from hpcbench.experiments.comm_modes.config import CommModesConfig
+from hpcbench.experiments.comm_modes.config import GUIDE_REGIME, CommModesConfig
 from hpcbench.experiments.comm_modes.present import present_comm_modes
 from hpcbench.experiments.comm_modes.rules import RULES
 from hpcbench.experiments.comm_modes.summary import summarize
@@ -65,6 +65,7 @@ SPEC = register(Experiment(
                 "share, gradient bucket sweep",
     summarize=summarize,
     rules=RULES,
+    regimes={"C3": GUIDE_REGIME},
     present=present_comm_modes,
     resources=distributed_resources,
     estimate=estimate,

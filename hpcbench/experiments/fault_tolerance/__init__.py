@@ -1,5 +1,7 @@
 """Experiment ``fault_tolerance``: tiered zstd checkpoints, async saves, recovery, the 3-try wrapper (C11, C15)."""
 
+import math
+
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.fault_tolerance.config import GUIDE_C15_TRIES, FaultToleranceConfig
@@ -21,8 +23,11 @@ CHECKPOINT_COPIES = 10
 #: 11.2 s, 1.38 GB written with fsyncs in 5.4 s): torch.save into memory, zstd levels 1-3, zstd at
 #: 4-9 on bfloat16 (its slowest case), zstd above 9, the file write, a load with decompression.
 SERIALIZE_BPS, ZSTD_FAST_BPS, ZSTD_MID_BPS, ZSTD_HIGH_BPS, WRITE_BPS, LOAD_BPS = 450e6, 130e6, 15e6, 3e6, 250e6, 300e6
-#: One survival job through slurm/run_with_retries.sh (bash, hostname, one sh per try): ~20 ms per try.
-SURVIVAL_TRY_S = 0.02
+#: What a survival try costs beyond its work (bash, setsid, a Python start), and the wrapper's repair step
+#: (a Python start and a sha256 of every shard) after a failed try: measured on the 2-core VM.
+SURVIVAL_TRY_OVERHEAD_S, SURVIVAL_REPAIR_S = 0.06, 0.1
+#: Copies of the overhead model's state its synchronous save holds besides the live one: serialized, compressed.
+SAVE_COPIES = 3
 
 
 def _zstd_bps(level: int) -> float:
@@ -57,10 +62,27 @@ def estimate(cfg: FaultToleranceConfig) -> Estimate:
             stall = 2 * cfg.repeats * (save + cfg.steps_between_saves * step)
             recovery = 2 * cfg.repeats * size / LOAD_BPS
             seconds += cfg.repeats * sweep + saves + stall + recovery + 4 * step
-            if i == 0 and dtype == cfg.dtypes[0]:                # the failure simulation
-                steps = cfg.failures * (cfg.light_every_steps + 1)
-                seconds += steps * step + (steps / cfg.light_every_steps + cfg.failures) * save
-    seconds += cfg.survival_jobs * GUIDE_C15_TRIES * SURVIVAL_TRY_S
+            if i == 0 and dtype == cfg.dtypes[0]:                # the failure simulation (wall-time driven)
+                wall = cfg.failures * (cfg.failure_mtbf_s + cfg.failure_light_every_s)
+                seconds += wall + (wall / cfg.failure_light_every_s + cfg.failures) * save
+    over = model_footprint(cfg.overhead_model)
+    over_train = training_memory(cfg.overhead_model, samples=cfg.batch_size, image_size=cfg.image_size,
+                                 seq_len=cfg.seq_len, state_copies=TRAIN_COPIES)
+    over_step = training_step_seconds(cfg.overhead_model, samples=cfg.batch_size, image_size=cfg.image_size,
+                                      seq_len=cfg.seq_len, ranks=1, speed=speed)
+    if over is None or over_train is None or over_step is None:
+        unknown.append(cfg.overhead_model)
+    else:
+        size = 3 * 4 * over.parameters / (2 if cfg.dtypes[0] == "bfloat16" else 1)
+        state_bytes = max(state_bytes, 3 * 4 * over.parameters)
+        save = size / SERIALIZE_BPS + size / _zstd_bps(cfg.zstd_level) + size / WRITE_BPS
+        peak = max(peak, (0 if gpu else over_train) + SAVE_COPIES * size)
+        seconds += cfg.overhead_saves * (save + over_step) + 3 * over_step
+    # Survival: a try fails with p ~ 1 - exp(-try / mtbf); the wrapper's job makes (1 - p^3) / (1 - p) tries.
+    p = 1 - math.exp(-(cfg.survival_try_s + SURVIVAL_TRY_OVERHEAD_S) / cfg.survival_mtbf_s)
+    tries = (1 - p ** GUIDE_C15_TRIES) / (1 - p) + 1
+    seconds += cfg.survival_jobs * (tries * (cfg.survival_try_s + SURVIVAL_TRY_OVERHEAD_S)
+                                    + (tries - 2) * SURVIVAL_REPAIR_S)
     note = f"; no footprint for {unknown}: not counted" if unknown else ""
     return Estimate(
         memory_per_rank=int(peak), ranks=1, seconds=seconds,

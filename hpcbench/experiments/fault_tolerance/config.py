@@ -36,22 +36,37 @@ class FaultToleranceConfig(Config):
                          allowed="at most every text model's block size")
     steps_between_saves: int = param(2, "training steps between two saves of the stall comparison: an "
                                         "asynchronous write overlaps them", min=1, max=10000)
-    light_every_steps: int = param(4, "light checkpoint cadence of the failure simulation, in steps: it stands "
-                                      "for light_interval_s (the failure's time within a step is continuous, so a "
-                                      "short cadence loses no precision)", min=1, max=100000)
-    failures: int = param(10, "failures injected at uniformly random times of the failure simulation, which "
-                              "trains the smallest model in the first dtype (work lost and recovery samples; a "
-                              "verdict needs >= 10)", min=1, max=10000)
+    failures: int = param(10, "failures injected into the failure simulation, which trains the smallest model in the "
+                              "first dtype with light checkpoints every failure_light_every_s (work lost samples; a "
+                              "verdict needs >= 10 per launch)", min=1, max=10000)
+    failure_light_every_s: float = param(1.0, "light checkpoint cadence of the failure simulation, in wall seconds: "
+                                              "it stands for light_interval_s, scaled down so that a launch takes "
+                                              "seconds; work lost is measured as a share of it", min=0.05, max=3600.0)
+    failure_mtbf_s: float = param(1.0, "mean wall time from a resumed training to its next injected failure "
+                                       "(exponential, seeded per launch; drawn without looking at the checkpoint "
+                                       "cadence)", min=0.05, max=3600.0)
     full_interval_s: float = param(float(GUIDE_C11_FULL_EVERY_S), "full checkpoint interval the overhead share "
                                                                  "is computed at (the guide: every hour)",
                                    min=1.0)
     light_interval_s: float = param(float(GUIDE_C11_LIGHT_EVERY_S), "light checkpoint interval the overhead "
                                                                    "share and the work lost are computed at "
                                                                    "(the guide: every 10 minutes)", min=1.0)
-    failure_p: float = param(0.5, "probability with which each try of a survival job fails (injected, "
-                                  "independent)", min=0.01, max=0.99)
-    survival_jobs: int = param(200, "jobs of the survival check, each retried up to "
-                                    f"{GUIDE_C15_TRIES} times", min=1, max=100000)
+    overhead_model: str = param("gpt2_tiny", "model whose synchronous light saves are timed as stalls of its "
+                                             "training loop, for C11's overhead at light_interval_s (gpt2_124M in "
+                                             "the reproduce suite: its saves are not free)", choices=MODEL_NAMES,
+                                allowed="a text model's block size >= seq_len")
+    overhead_saves: int = param(10, "light saves of overhead_model, one training step between them (a verdict "
+                                    "needs >= 10)", min=1, max=10000)
+    survival_jobs: int = param(40, "jobs of the survival check per arm: through slurm/run_with_retries.sh with "
+                                   f"--tries {GUIDE_C15_TRIES} and with --tries 1, alternating", min=1, max=100000)
+    survival_try_s: float = param(0.2, "wall seconds of work one try of a survival job does (10 steps, each "
+                                       "checking every data shard's sha256)", min=0.05, max=600.0)
+    survival_mtbf_s: float = param(0.4, "mean time between the independent injector's failures (exponential, "
+                                        "seeded per launch); with survival_try_s 0.2 a try (~0.25 s with its start) "
+                                        "fails about half the time (measured: p_try 0.47)", min=0.01, max=3600.0)
+    survival_corrupt_share: float = param(0.5, "share of the injected failures that flip a byte of a data shard "
+                                               "(the try fails its checksum; the wrapper's repair must fix it); the "
+                                               "others SIGKILL the running try's process group", min=0.0, max=1.0)
     device: str = param("auto", "where the model trains: auto = CUDA when available", choices=DEVICES)
     checkpoint_dir: str = param("", "folder the checkpoints are written under (e.g. on Lustre); empty: a folder "
                                     "in the task's output folder", allowed="empty, or an existing folder")
@@ -66,7 +81,7 @@ class FaultToleranceConfig(Config):
                 raise self._error(name, "is empty")
             if len(set(values)) != len(values):
                 raise self._error(name, f"{values} repeats a value")
-        for model in self.models:
+        for model in [*self.models, self.overhead_model]:
             spec = MODELS.get(model)
             if spec.kind == "text" and self.seq_len > spec.max_seq_len:
                 raise self._error("seq_len", f"{self.seq_len} exceeds {model}'s block size {spec.max_seq_len}")

@@ -15,7 +15,7 @@ def draw_survival(ax, points) -> None:
     """Failure share of jobs against the wrapper's tries: the model p^t and the measured points.
 
     Args:
-        points: (label, p, tries, failed jobs, jobs) per series.
+        points: (label, p, tries, failed jobs, jobs) per series; p is the measured per-try failure share.
     """
     for label, p, tries, failed, jobs in points:
         ts = list(TRIES_SHOWN)
@@ -23,7 +23,7 @@ def draw_survival(ax, points) -> None:
         low, high = clopper_pearson(int(failed), int(jobs))
         share = failed / jobs if jobs else math.nan
         ax.errorbar([tries], [share], yerr=[[share - low], [high - share]], fmt="o", capsize=3,
-                    label=f"{label}: {int(failed)}/{int(jobs)} jobs failed (p = {p:g})")
+                    label=f"{label}: {int(failed)}/{int(jobs)} jobs failed (p_try = {p:.3g})")
     ax.set_yscale("log")
     ax.set_xticks(list(TRIES_SHOWN))
     ax.set_xlabel(f"tries per job (dotted: p^tries; the guide: {GUIDE_C15_TRIES})")
@@ -80,8 +80,8 @@ def fault_tolerance_plot(summary, *, title: str = "Checkpoints and retries"):
     stalls.set_title("synchronous vs asynchronous save", fontsize=9)
 
     surv = summary[summary["phase"] == "survival"]
-    draw_survival(survival, [("this run", r.p, r.tries, r.failed, r.jobs) for r in surv.itertuples()])
-    survival.set_title("job wrapper: measured vs p^tries", fontsize=9)
+    draw_survival(survival, [(r.mode, r.p_try, r.tries, r.failed, r.jobs) for r in surv.itertuples()])
+    survival.set_title("job wrapper against one try: measured vs p_try^tries", fontsize=9)
     for ax in axes.flat:
         ax.grid(True, alpha=0.3)
     fig.suptitle(title)

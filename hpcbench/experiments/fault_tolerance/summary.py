@@ -1,11 +1,14 @@
 """One ``fault_tolerance`` launch's records -> its summary, and the correctness check.
 
 The summary has one row per measured series, keyed by ``phase`` (``train``, ``compression``,
-``save``, ``stall``, ``recovery``, ``failure``, ``survival``) and the labels that apply to it
-(``model``, ``dtype``, ``tier``, ``level``, ``mode``); the other columns are empty where a phase
-has no such quantity. ``samples`` holds each row's per-sample values of its main quantity (the
-rules' input): the overhead share of each save, each stall, each recovery, the work lost at each
-failure, and each survival job's outcome (1 = the job failed after all its tries).
+``save``, ``stall``, ``recovery``, ``failure``, ``overhead``, ``survival``, ``repair``) and the
+labels that apply to it (``model``, ``dtype``, ``tier``, ``level``, ``mode``; the survival arms are
+``mode`` ``wrapper`` and ``single``); the other columns are empty where a phase has no such
+quantity. ``samples`` holds each row's per-sample values of its main quantity (the rules' input):
+the overhead share of each save, each stall, each recovery, the work lost at each failure (wall
+time, scaled to the guide's interval), each survival job's outcome (1 = the job failed after all
+its tries) and each repair check (1 = the damaged shards were repaired before the next try).
+``p_try``, on both survival rows, is the launch's share of failed tries over both arms.
 
 A launch counts only when every correctness check held: each restored state equal to the
 saved one, checkpoint names carrying host and job id, a torn newest checkpoint skipped by
@@ -34,7 +37,7 @@ CHECKS = {
 
 def _expand(records: Any) -> Any:
     rows = expand_labels(records[records["experiment"] == EXPERIMENT])
-    for key in KEYS + ["p", "tries", "interval_s", "light_every_steps"]:
+    for key in KEYS + ["tries", "interval_s", "cadence_s"]:
         if key not in rows.columns:
             rows[key] = None
     return rows
@@ -96,7 +99,7 @@ def summarize(records: Any) -> Any:
     # One pass in plain Python: a launch has a few thousand rows in ~100 series, where a
     # pandas group-by per series costs more than the work.
     series: dict[tuple, _Series] = {}
-    extra = ["p", "tries", "interval_s"]
+    extra = ["tries", "interval_s", "cadence_s"]
     columns = [rows[k].tolist() for k in KEYS + extra]
     for *values, metric, value in zip(*columns, rows["metric"].tolist(), rows["value"].tolist()):
         key = tuple("" if v is None or v != v else v for v in values[:len(KEYS)])
@@ -110,7 +113,7 @@ def summarize(records: Any) -> Any:
         phase = row["phase"]
         main = {"train": "step_time", "compression": "compression_ratio", "save": "overhead_share",
                 "stall": "stall_seconds", "recovery": "recovery_seconds", "failure": "work_lost_seconds",
-                "survival": "job_failed"}.get(phase)
+                "overhead": "overhead_share", "survival": "job_failed", "repair": "shard_repaired"}.get(phase)
         if main is None:
             continue
         samples = s.values(main)
@@ -134,16 +137,34 @@ def summarize(records: Any) -> Any:
         elif phase == "recovery":
             row["recovery_p50_s"] = s.median(main)
         elif phase == "failure":
+            shares = s.values("work_lost_share")
             row.update(work_lost_mean_s=s.mean(main),
                        work_lost_max_s=float(samples.max()) if len(samples) else math.nan,
-                       work_lost_steps_mean=s.mean("work_lost_steps"),
-                       expected_s=s.median("work_lost_expected_seconds"), recovery_p50_s=s.median("recovery_seconds"))
+                       work_lost_share_mean=s.mean("work_lost_share"),
+                       work_lost_share_max=float(shares.max()) if len(shares) else math.nan,
+                       cadence_s=float(s.labels.get("cadence_s", math.nan)),
+                       restored_newest_samples=tuple(float(v) for v in s.values("restored_newest")),
+                       recovery_p50_s=s.median("recovery_seconds"), save_stall_p50_s=s.median("save_stall_seconds"))
+        elif phase == "overhead":
+            row.update(save_p50_s=s.median("save_stall_seconds"), overhead_share_p50=s.median(main),
+                       interval_s=float(s.labels.get("interval_s", math.nan)))
         elif phase == "survival":
-            p, tries = float(s.labels["p"]), int(s.labels["tries"])
-            row.update(p=p, tries=tries, jobs=len(samples), failed=int(samples.sum()),
-                       failure_fraction=s.mean(main), predicted=p ** tries, mean_tries=s.mean("job_tries"))
+            if s.labels.get("tries") is None:  # "not measured" (no wrapper script): no arm to show
+                continue
+            tries = int(s.labels["tries"])
+            tried = s.values("try_failed")
+            row.update(tries=tries, jobs=len(samples), failed=int(samples.sum()), failure_fraction=s.mean(main),
+                       mean_tries=s.mean("job_tries"), tries_made=len(tried), tries_failed=int(tried.sum()),
+                       policy_samples=tuple(float(v) for v in s.values("wrapper_policy_followed")))
+        elif phase == "repair":
+            row.update(repaired=int(samples.sum()))
         out.append(row)
     frame = pd.DataFrame(out)
+    if len(frame) and (frame["phase"] == "survival").any():
+        survival = frame[frame["phase"] == "survival"]
+        made = survival["tries_made"].sum()
+        frame["p_try"] = [survival["tries_failed"].sum() / made if made and r.phase == "survival" else math.nan
+                          for r in frame.itertuples()]
     stall = frame[frame["phase"] == "stall"] if len(frame) else frame
     if len(stall):
         sync = stall[stall["mode"] == "sync"].set_index(["model", "dtype"])["stall_p50_s"]

@@ -21,39 +21,55 @@ that dtype), after a few real AdamW steps on synthetic inputs:
    and the job id.
 
 Then, for the smallest model (fewest parameters x work per item) in the first dtype,
-**failure**: light checkpoints every ``light_every_steps`` steps (standing for the 600 s
-interval), ``failures`` failures injected in time: after a uniformly random number of completed
-steps (0 .. 2 x the cadence - 1), during the next step, at a uniformly random fraction of it.
-The process state is dropped, recovery finds the newest valid checkpoint and training continues
-from there. Work lost = completed steps since the restored checkpoint + the fraction of the
-interrupted step; its share of the cadence times ``light_interval_s`` is the work lost at the
-guide's interval (expected: half of it). After the failures, a torn newest checkpoint (its data
-file cut in half after the write, as storage that lost bytes leaves it) must be skipped by
-recovery.
+**failure** in wall time: training with a light checkpoint every ``failure_light_every_s``
+seconds (standing for the 600 s interval, scaled down), ``failures`` failures at exponential
+wall times (mean ``failure_mtbf_s``) drawn without looking at the cadence: SIGALRM interrupts
+the loop wherever it is (a step, a save), the process state is dropped, a fresh model and
+optimizer are restored from the newest valid checkpoint and training continues. Work lost =
+wall seconds from the kill until the resumed training has again completed the steps it had
+completed at the kill (restore included), plus the wall time between that last completed step
+and the kill; as a share of the cadence, and times ``light_interval_s``. After the failures, a
+torn newest checkpoint (its data file cut in half after the write, as storage that lost bytes
+leaves it) must be skipped by recovery.
 
-Last, **survival**: ``survival_jobs`` jobs through the guide's wrapper made real,
-``slurm/run_with_retries.sh --tries 3``; each try is a real process (``sh``) that exits 1 when
-the seeded injection plan says that attempt fails (each attempt independently with
-``failure_p``), read from ``HPCBENCH_ATTEMPT`` as the wrapper sets it. The attempts a job made
-are counted from the wrapper's own log.
+**Overhead**: ``overhead_saves`` synchronous light saves of ``overhead_model`` (GPT-2 124M in
+the reproduce suite), one training step apart: how long each stalls the training loop, and
+its share of the wall time at ``light_interval_s``.
 
-The failure times and the survival plans are drawn per launch (:func:`launch_key`): launches are
-the verdicts' unit of replication.
+Last, **survival**: ``survival_jobs`` jobs per arm through the guide's wrapper made real,
+``slurm/run_with_retries.sh --tries 3 --data DATA``, and the same jobs with ``--tries 1``,
+alternating. A try (:mod:`survival_try`) is a real process in its own process group that
+works ``survival_try_s`` seconds checking a small sharded data set's sha256 at each of 10 steps.
+An independent injector (a thread that knows which job runs, not its tries) fails at
+exponential times (mean ``survival_mtbf_s``): it SIGKILLs the running try's process group or,
+with ``survival_corrupt_share``, flips a byte of a shard (the try fails its check; the
+wrapper's repair step must copy the shard back from the pristine source before the next try).
+Measured from the wrapper's own log: each job's tries and exit status, whether its decisions
+followed the policy, the per-try failure rate p_try, and whether every damaged shard was
+repaired (listed by the repair step and found intact by the next try's check).
+
+The failure times are drawn per launch (:func:`launch_key`): launches are the verdicts' unit
+of replication.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import math
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from hpcbench.core.facts import GUIDE_C15_TRIES
 from hpcbench.core.results import RecordWriter
@@ -350,74 +366,210 @@ def measure_recovery(cfg: FaultToleranceConfig, tr: Training, roots: dict[str, P
     progress(f"{tr.spec.name} {tr.dtype_name} recovery p50: " + ", ".join(line))
 
 
-# -- 5. failures in time -------------------------------------------------------------------------
+# -- 5. failures in wall time -----------------------------------------------------------------------
+
+class InjectedFailure(Exception):
+    """The failure simulation's kill, raised in the training loop by SIGALRM at the drawn moment."""
+
+    def __init__(self, at: float):
+        super().__init__(f"injected failure at {at:.6f}")
+        self.at = at
+
+
+class _Alarm:
+    """SIGALRM at a drawn moment raises :class:`InjectedFailure` wherever the main thread is."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.fired_at: float | None = None
+
+    def handler(self, signum, frame) -> None:
+        if self.armed:
+            self.armed = False
+            self.fired_at = time.perf_counter()
+            raise InjectedFailure(self.fired_at)
+
+    def arm(self, seconds: float) -> None:
+        self.fired_at = None
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-6))
+
+    def disarm(self) -> None:
+        self.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def check(self) -> None:
+        """An InjectedFailure swallowed on the way (in a ``__del__``) still ends the loop at the next step."""
+        if self.fired_at is not None:
+            raise InjectedFailure(self.fired_at)
+
+
+@contextlib.contextmanager
+def _uninterrupted():
+    """SIGALRM held back for the block: the simulation's own bookkeeping is never half done."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
 
 def measure_failures(cfg: FaultToleranceConfig, tr: Training, root: Path, device, writer: RecordWriter,
                      progress, launch_key: tuple[int, ...]) -> None:
-    """Injected failures against light checkpoints every ``light_every_steps`` steps; then a torn checkpoint."""
+    """Failures at drawn wall-clock moments against light saves every ``failure_light_every_s``; a torn checkpoint.
+
+    Training runs step after step and saves a light checkpoint (synchronously) at the first
+    step boundary at least ``failure_light_every_s`` after the previous save ended. A failure
+    strikes after an exponential wall time (mean ``failure_mtbf_s``, drawn from the launch's
+    seed without looking at the cadence): SIGALRM raises wherever the loop is, in a step or in
+    a save. Everything in memory is dropped; a fresh model and optimizer are restored from the
+    newest valid checkpoint and training continues until it has again completed the steps it
+    had completed at the kill. Work lost = the wall time from the kill to that moment (restore
+    included) + the wall time between the last completed step and the kill (the interrupted
+    step's or save's work). It is recorded as a share of the cadence and, scaled, at
+    ``light_interval_s``. Each recovery is also checked to have restored the newest checkpoint
+    whose save had returned (or a newer one) and to equal what was saved.
+    """
     import numpy as np
 
     from hpcbench.fault.async_save import snapshot_to_cpu
     from hpcbench.fault.checkpoint import CheckpointManager
 
-    k = cfg.light_every_steps
+    labels = {"phase": "failure", "model": tr.spec.name, "dtype": tr.dtype_name,
+              "cadence_s": cfg.failure_light_every_s}
+    if threading.current_thread() is not threading.main_thread():
+        writer.add("work_lost_seconds", None, "s", labels=labels,
+                   text="not measured: the failure simulation's SIGALRM needs the main thread")
+        return
+    cadence = cfg.failure_light_every_s
     rng = np.random.default_rng([*launch_key, 11])
-    labels = {"phase": "failure", "model": tr.spec.name, "dtype": tr.dtype_name, "light_every_steps": k}
-    manager = CheckpointManager(root, _policy(cfg, light_every_steps=k))
-    saved: dict[int, dict] = {}
+    # A restarted process builds its own manager: one per life of the simulated job.
+    manager = [CheckpointManager(root, _policy(cfg))]
+    saved: dict[int, dict] = {}   # step -> what the save at that step holds (CPU copy)
+    complete: list[int] = []      # steps whose save returned
+    stalls: list[float] = []
 
     def save_light() -> None:
         state = capture(tr, "light")
-        manager.save("light", tr.step, state)
-        saved[tr.step] = snapshot_to_cpu(state)
-        for old in [s for s in saved if s < tr.step - 2 * k]:  # retention keeps 2
-            del saved[old]
+        with _uninterrupted():
+            saved[tr.step] = snapshot_to_cpu(state)
+            for old in sorted(saved)[:-4]:
+                del saved[old]
+        t0 = time.perf_counter()
+        manager[0].save("light", tr.step, state)
+        seconds = time.perf_counter() - t0
+        with _uninterrupted():
+            complete.append(tr.step)
+            stalls.append(seconds)
 
-    tr.step = 0  # the simulated job starts from a checkpoint at step 0, as a resumed job does
-    save_light()
-    lost_all = []
-    for f in range(cfg.failures):
-        completed = int(rng.integers(0, 2 * k))  # 2 cadences: the failure's place in the cadence is uniform
-        fraction = float(rng.random())           # how far into the next step the failure strikes
-        for _ in range(completed):
-            tr.train(1)
-            if manager.due(tr.step) == "light":
-                save_light()
-        failed_at = tr.step + fraction
-        tr, info, seconds = recover(tr, cfg, root, device)
-        equal = info is not None and restored_equals(tr, saved[info.step])
-        lost_steps = failed_at - (info.step if info is not None else 0)
-        writer.add("work_lost_steps", lost_steps, "steps", step=f, labels=labels)
-        writer.add("work_lost_seconds", lost_steps / k * cfg.light_interval_s, "s", step=f, labels=labels,
-                   text=f"share of the {k}-step light cadence x light_interval_s")
-        writer.add("recovery_seconds", seconds, "s", step=f, labels=labels)
-        writer.add("restore_equal", 1.0 if equal else 0.0, "bool", step=f, labels=labels)
-        lost_all.append(lost_steps / k * cfg.light_interval_s)
-    writer.add("work_lost_expected_seconds", cfg.light_interval_s / 2, "s", labels=labels,
-               text="a failure at a uniformly random time loses half a light interval on average")
+    alarm = _Alarm()
+    previous = signal.signal(signal.SIGALRM, alarm.handler)
+    lost_shares: list[float] = []
+    try:
+        tr.step = 0  # the simulated job starts from a checkpoint at step 0, as a resumed job does
+        save_light()
+        # One untimed restore and step first: the process's first restore pays one-time costs (allocator,
+        # thread pools) that a restarted process pays whatever the cadence, and the later ones here do not.
+        warm, _, _ = recover(tr, cfg, root, device)
+        warm.train(1)
+        del warm
+        last_save = time.perf_counter()
+        for f in range(cfg.failures):
+            wait = float(rng.exponential(cfg.failure_mtbf_s))
+            reached, step_end = tr.step, time.perf_counter()
+            try:
+                alarm.arm(wait)
+                while True:
+                    alarm.check()
+                    tr.train(1)
+                    with _uninterrupted():
+                        reached, step_end = tr.step, time.perf_counter()
+                    if step_end - last_save >= cadence:
+                        save_light()
+                        last_save = time.perf_counter()
+            except InjectedFailure as kill:
+                killed_at = kill.at
+            finally:
+                alarm.disarm()
+            partial = max(0.0, killed_at - step_end)
+            newest = complete[-1]
+            tr, info, restore_s = recover(tr, cfg, root, device)
+            manager[0] = CheckpointManager(root, _policy(cfg))
+            equal = info is not None and info.step in saved and restored_equals(tr, saved[info.step])
+            last_save = time.perf_counter()  # the restored checkpoint: the cadence starts again
+            while tr.step < reached:  # the redo: the work the failure cost
+                tr.train(1)
+                if time.perf_counter() - last_save >= cadence:
+                    save_light()
+                    last_save = time.perf_counter()
+            lost = time.perf_counter() - killed_at + partial
+            restored_step = info.step if info is not None else -1
+            share = lost / cadence
+            lost_shares.append(share)
+            writer.add("work_lost_seconds", share * cfg.light_interval_s, "s", step=f, labels=labels,
+                       text=f"wall time lost / the {cadence:g} s cadence x light_interval_s" if f == 0 else None)
+            writer.add("work_lost_share", share, "ratio", step=f, labels=labels)
+            writer.add("work_lost_wall_seconds", lost, "s", step=f, labels=labels)
+            writer.add("time_to_failure_seconds", wait, "s", step=f, labels=labels)
+            writer.add("steps_redone", reached - max(restored_step, 0), "steps", step=f, labels=labels)
+            writer.add("recovery_seconds", restore_s, "s", step=f, labels=labels)
+            writer.add("restored_newest", 1.0 if restored_step >= newest else 0.0, "bool", step=f, labels=labels,
+                       text=None if restored_step >= newest else
+                       f"restored step {restored_step}, the newest complete save was step {newest}")
+            writer.add("restore_equal", 1.0 if equal else 0.0, "bool", step=f, labels=labels)
+    finally:
+        alarm.disarm()
+        signal.signal(signal.SIGALRM, previous)
+    for i, seconds in enumerate(stalls):
+        writer.add("save_stall_seconds", seconds, "s", step=i, labels=labels)
     # A torn newest checkpoint: recovery must fall back to the one before it.
-    for _ in range(k):
-        tr.train(1)
+    tr.train(1)
     save_light()
-    previous = tr.step
-    for _ in range(k):
-        tr.train(1)
+    before = tr.step
+    tr.train(1)
     save_light()
-    newest = manager.latest_valid()
+    newest = manager[0].latest_valid()
     data = next(p for p in newest.path.iterdir() if p.name.startswith("state.pt"))
     os.truncate(data, data.stat().st_size // 2)
     found = CheckpointManager(root, _policy(cfg), warn=lambda line: None)
     info = found.latest_valid()
-    skipped = info is not None and info.step == previous and any(s.step == tr.step for s in found.skipped)
+    skipped = info is not None and info.step == before and any(s.step == tr.step for s in found.skipped)
     writer.add("torn_checkpoint_skipped", 1.0 if skipped else 0.0, "bool", labels=labels,
                text=f"newest (step {tr.step}) cut to half its bytes; recovery chose "
                     f"{info.name if info else 'nothing'}")
     progress(f"{tr.spec.name} {tr.dtype_name}: {cfg.failures} failures, work lost mean "
-             f"{sum(lost_all) / len(lost_all):.0f} s at the {cfg.light_interval_s:g} s interval "
-             f"(expected {cfg.light_interval_s / 2:g} s); torn checkpoint skipped: {skipped}")
+             f"{sum(lost_shares) / len(lost_shares):.2f} x the {cadence:g} s cadence (max "
+             f"{max(lost_shares):.2f}); torn checkpoint skipped: {skipped}")
 
 
-# -- 6. the job wrapper -------------------------------------------------------------------------
+# -- 6. the light save's stall on a model whose save is not free -------------------------------------
+
+def measure_overhead(cfg: FaultToleranceConfig, root: Path, device, writer: RecordWriter, progress) -> None:
+    """``overhead_saves`` synchronous light saves of ``overhead_model``, one step apart: the loop's stall each."""
+    from hpcbench.fault.checkpoint import CheckpointManager
+
+    dtype = cfg.dtypes[0]
+    tr = build_training(cfg, cfg.overhead_model, dtype, device)
+    tr.train(WARMUP_STEPS)
+    manager = CheckpointManager(root, _policy(cfg))
+    labels = {"phase": "overhead", "model": tr.spec.name, "dtype": dtype, "tier": "light",
+              "interval_s": cfg.light_interval_s}
+    stalls = []
+    for r in range(cfg.overhead_saves):
+        tr.train(1)
+        t0 = time.perf_counter()  # the loop waits from here until the save returns
+        manager.save("light", tr.step, capture(tr, "light"))
+        stall = time.perf_counter() - t0
+        stalls.append(stall)
+        writer.add("save_stall_seconds", stall, "s", step=r, labels=labels,
+                   text="synchronous light save: serialize + zstd + write + fsyncs" if r == 0 else None)
+        writer.add("overhead_share", 100.0 * stall / (cfg.light_interval_s + stall), "%", step=r, labels=labels)
+    p50 = sorted(stalls)[len(stalls) // 2]
+    progress(f"{tr.spec.name} {dtype} light save stall p50 {p50:.2f} s: "
+             f"{100 * p50 / (cfg.light_interval_s + p50):.2f} % of a {cfg.light_interval_s:g} s interval")
+
+
+# -- 7. the job wrapper against an independent injector ----------------------------------------------
 
 def wrapper_script() -> Path:
     """``slurm/run_with_retries.sh`` of this checkout (``$HPCBENCH_SLURM_TEMPLATES`` overrides the folder)."""
@@ -426,54 +578,295 @@ def wrapper_script() -> Path:
     return templates_dir() / "run_with_retries.sh"
 
 
-_ATTEMPT_LINE = re.compile(r"run_with_retries: attempt=(\d+)/(\d+) .* rc=(\d+)")
+#: One try of a survival job (standard library only: it starts in tens of milliseconds).
+TRY_SCRIPT = Path(__file__).with_name("survival_try.py")
+#: The survival jobs' data set: shards of random bytes, checked by every try and repaired by the wrapper.
+SURVIVAL_SHARDS, SURVIVAL_SHARD_BYTES = 8, 64 * 1024
+#: The arms: the guide's wrapper, and the same job run once.
+ARMS = {"wrapper": GUIDE_C15_TRIES, "single": 1}
+
+#: The wrapper's log stamps end at the millisecond.
+STAMP_SLACK_S = 0.005
+
+_ATTEMPT_LINE = re.compile(r"run_with_retries: attempt=(\d+)/(\d+) start=(\S+) end=(\S+) .*?rc=(\d+)")
+_REPAIRED_LINE = re.compile(r"run_with_retries: repair: shard repaired: (.+)$")
+_TRY_LINE = re.compile(r"attempt=(\d+) intact=([01])")
+
+
+def make_survival_data(folder: Path, seed: int) -> tuple[Path, list[str]]:
+    """A pristine copy and a working copy of a small sharded data set; the working copy's manifest names the
+    pristine one as its ``source``, from which the wrapper's repair step copies a damaged shard back.
+
+    Returns:
+        (the working copy's folder, its shard file names).
+    """
+    import numpy as np
+
+    from hpcbench.data.manifest import Manifest, shard_entry
+
+    source, data = folder / "source", folder / "data"
+    source.mkdir(parents=True)
+    data.mkdir()
+    rng = np.random.default_rng(seed)
+    names = [f"shard-{i:05d}.bin" for i in range(SURVIVAL_SHARDS)]
+    for name in names:
+        payload = rng.integers(0, 256, SURVIVAL_SHARD_BYTES, dtype=np.uint8).tobytes()
+        (source / name).write_bytes(payload)
+        (data / name).write_bytes(payload)
+    entries = [shard_entry(source, source / name, samples=1) for name in names]
+    Manifest(format="bytes", shards=entries, command="fault_tolerance survival data").write(source)
+    Manifest(format="bytes", shards=entries, source=str(source), command="fault_tolerance survival data").write(data)
+    return data, names
+
+
+@dataclass
+class InjectedEvent:
+    """One failure of the injector: when, what, and whether a try was there to strike."""
+
+    at: float           #: time.time()
+    kind: str           #: "kill" or "corrupt"
+    job: tuple | None   #: the job it struck (index, arm), None when no try was running
+    shard: str | None = None
+
+
+class Injector:
+    """Failures at exponential times, independent of the jobs and their tries (a thread of its own).
+
+    It knows which job runs (its wrapper's pid and data folder), as a node's failure "knows"
+    what runs on it, and nothing of the wrapper's tries: at each failure it finds the job's
+    running try (a child of the wrapper in a process group of its own) and SIGKILLs that
+    process group, or flips one byte of a data shard under it. A failure while no try runs
+    (the wrapper repairing, between jobs) strikes nothing.
+    """
+
+    def __init__(self, mtbf_s: float, corrupt_share: float, seed: Sequence[int]):
+        import numpy as np
+
+        self.mtbf_s, self.corrupt_share = mtbf_s, corrupt_share
+        self.rng = np.random.default_rng(list(seed))
+        self.events: list[InjectedEvent] = []
+        self._lock = threading.Lock()
+        self._target: tuple[tuple, int, Path, list[str]] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hpcbench-fault-injector", daemon=True)
+
+    def __enter__(self) -> "Injector":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def watch(self, job: tuple, wrapper_pid: int, data: Path, shards: list[str]) -> None:
+        with self._lock:
+            self._target = (job, wrapper_pid, data, shards)
+
+    def unwatch(self) -> None:
+        with self._lock:
+            self._target = None
+
+    def _run(self) -> None:
+        from hpcbench.fault.inject import corrupt_shard
+
+        while not self._stop.wait(float(self.rng.exponential(self.mtbf_s))):
+            # Every draw is made whatever the target, so the sequence of failures is the seed's alone.
+            kind = "corrupt" if self.rng.random() < self.corrupt_share else "kill"
+            pick, where = float(self.rng.random()), float(self.rng.random())
+            with self._lock:
+                target = self._target
+                groups = _try_groups(target[1]) if target else []
+                if not groups:
+                    self.events.append(InjectedEvent(time.time(), kind, None))
+                    continue
+                job, _, data, shards = target
+                if kind == "kill":
+                    for pgid in groups:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(pgid, signal.SIGKILL)
+                    self.events.append(InjectedEvent(time.time(), kind, job))
+                else:
+                    name = shards[min(int(pick * len(shards)), len(shards) - 1)]
+                    with contextlib.suppress(OSError):
+                        corrupt_shard(data / name, how="flip", at=where)
+                        self.events.append(InjectedEvent(time.time(), kind, job, name))
+
+
+def _try_groups(wrapper_pid: int) -> list[int]:
+    """Process groups of the wrapper's running try: its descendants outside the wrapper's own group."""
+    import psutil
+
+    try:
+        own = os.getpgid(wrapper_pid)
+        children = psutil.Process(wrapper_pid).children(recursive=True)
+    except (psutil.Error, ProcessLookupError):
+        return []
+    groups = set()
+    for child in children:
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if child.status() != psutil.STATUS_ZOMBIE and os.getpgid(child.pid) != own:
+                groups.add(os.getpgid(child.pid))
+    return sorted(groups)
+
+
+def _utc(stamp: str) -> float:
+    from datetime import datetime, timezone
+
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+@dataclass
+class JobRun:
+    """What one survival job did, read from the wrapper's log, the tries' log and the injector's record."""
+
+    exit_status: int
+    attempts: list[tuple[float, float, int]]     #: (start, end, rc) of each try, times as time.time()
+    repaired_after: dict[int, set[str]]          #: attempt -> shard names the repair step listed as repaired
+    intact_at_start: dict[int, int]              #: attempt -> 1 when every shard passed its sha256 at its start
+
+    def policy_followed(self, tries: int) -> bool:
+        """Reran after each failed try, stopped at the first success, gave up after ``tries``, exit = last rc."""
+        rcs = [rc for _, _, rc in self.attempts]
+        return (1 <= len(rcs) <= tries and all(rc != 0 for rc in rcs[:-1])
+                and (rcs[-1] == 0 or len(rcs) == tries) and self.exit_status == rcs[-1])
+
+
+def run_survival_job(script: Path, tries: int, data: Path, try_s: float, log: Path, try_log: Path,
+                     injector: Injector, job: tuple, shards: list[str]) -> JobRun:
+    """One job through ``run_with_retries.sh --tries N --data DATA`` under the injector; its log parsed."""
+    cmd = ["bash", str(script), "--tries", str(tries), "--delay", "0", "--data", str(data), "--log", str(log), "--",
+           "setsid", "--wait", sys.executable, str(TRY_SCRIPT), str(data), f"{try_s:g}", str(try_log)]
+    env = {**os.environ, "HPCBENCH_PYTHON": sys.executable}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    injector.watch(job, proc.pid, data, shards)
+    try:
+        status = proc.wait(timeout=60 + 10 * tries * try_s)
+    except subprocess.TimeoutExpired:
+        for pgid in _try_groups(proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"survival job {job} ({' '.join(cmd)}) did not end in time; see {log}") from None
+    finally:
+        injector.unwatch()
+    attempts, repaired = [], {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if m := _ATTEMPT_LINE.match(line):
+            attempts.append((_utc(m.group(3)), _utc(m.group(4)), int(m.group(5))))
+        elif (m := _REPAIRED_LINE.match(line)) and attempts:
+            repaired.setdefault(len(attempts), set()).add(Path(m.group(1).strip()).name)
+    intact = {}
+    for line in try_log.read_text().splitlines() if try_log.exists() else []:
+        if m := _TRY_LINE.match(line):
+            intact[int(m.group(1))] = int(m.group(2))
+    return JobRun(status, attempts, repaired, intact)
+
+
+def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool, str]]:
+    """After each failed try that has a next one: was every shard the injector had damaged repaired first?
+
+    A shard counts as repaired when the wrapper's repair step listed it after that try and the
+    next try found every shard intact (sha256) at its start; that start check is not asked of
+    a next try the injector damaged a shard under (it may have struck before the check).
+
+    Returns:
+        (repaired, why not) per failed try that left damaged shards behind.
+    """
+    corruptions = sorted((e.at, e.shard) for e in events if e.kind == "corrupt")
+    pending: set[str] = set()
+    seen = 0
+    checks = []
+    for k, (_, end, rc) in enumerate(run.attempts[:-1], start=1):
+        # the log's stamps are cut to the millisecond: a flip in the try's last millisecond is its own
+        while seen < len(corruptions) and corruptions[seen][0] <= end + STAMP_SLACK_S:
+            pending.add(corruptions[seen][1])
+            seen += 1
+        repaired = run.repaired_after.get(k, set())
+        if rc != 0 and pending:
+            next_end = run.attempts[k][1]
+            again = any(end + STAMP_SLACK_S < at <= next_end + STAMP_SLACK_S for at, _ in corruptions)
+            listed = pending <= repaired
+            intact = run.intact_at_start.get(k + 1, 1) == 1 or again
+            why = "" if listed and intact else (
+                f"after try {k}: " + ", ".join(
+                    ([f"{sorted(pending - repaired)} not repaired"] if not listed else [])
+                    + ([f"try {k + 1} found a bad shard at its start"] if not intact else [])))
+            checks.append((listed and intact, why))
+        pending -= repaired
+    return checks
 
 
 def measure_survival_jobs(cfg: FaultToleranceConfig, work: Path, writer: RecordWriter, progress,
                           launch_key: tuple[int, ...]) -> None:
-    """``survival_jobs`` jobs through the wrapper, each try failing by the seeded plan with ``failure_p``."""
-    import numpy as np
+    """``survival_jobs`` jobs per arm (3 tries, 1 try), alternating, under one independent injector."""
+    from hpcbench.fault.retry import repair
 
-    from hpcbench.fault.retry import expected_attempts, measure_survival
-
-    tries = GUIDE_C15_TRIES
-    labels = {"phase": "survival", "p": cfg.failure_p, "tries": tries}
     script = wrapper_script()
     if not script.is_file():
-        writer.add("job_failed", None, "bool", labels=labels, text=f"not measured: {script} does not exist")
+        writer.add("job_failed", None, "bool", labels={"phase": "survival"},
+                   text=f"not measured: {script} does not exist")
         return
     work.mkdir(parents=True, exist_ok=True)
-    plan = np.random.default_rng([*launch_key, 15]).random((cfg.survival_jobs, tries)) < cfg.failure_p
-    outcomes: list[tuple[bool, int]] = []
-
-    def run_one(j: int) -> tuple[bool, int]:
-        fail = " ".join(str(a + 1) for a in range(tries) if plan[j, a])
-        log = work / f"job{j:06d}.log"
-        env = {**os.environ, "HPCBENCH_INJECT_FAIL": f" {fail} "}
-        proc = subprocess.run(["bash", str(script), "--tries", str(tries), "--delay", "0", "--log", str(log), "--",
-                               "sh", "-c", INJECTED_TRY], env=env, capture_output=True, text=True, timeout=120)
-        attempts = _ATTEMPT_LINE.findall(log.read_text()) if log.exists() else []
-        log.unlink(missing_ok=True)
-        outcomes.append((proc.returncode == 0, len(attempts)))
-        return outcomes[-1]
-
-    result = measure_survival(cfg.failure_p, tries, cfg.survival_jobs, run_one)
-    # What the plan says each job must do: fail when every try fails, else stop at the first success.
-    planned = [(not plan[j].all(), tries if plan[j].all() else int(np.argmin(plan[j])) + 1)
-               for j in range(cfg.survival_jobs)]
-    as_planned = sum(got == want for got, want in zip(outcomes, planned))
-    how = ("a job = slurm/run_with_retries.sh --tries 3 around `sh -c` exiting 1 on the attempts a seeded plan "
-           "fails (each with probability p); attempts read from the wrapper's log")
-    for j, (ok, made) in enumerate(outcomes):
-        writer.add("job_failed", 0.0 if ok else 1.0, "bool", step=j, labels=labels, text=how if j == 0 else None)
-        writer.add("job_tries", made, "count", step=j, labels=labels)
-    writer.add("attempt_failed_share", result.attempt_failure_fraction, "ratio", labels=labels,
-               text=f"failed attempts / attempts: the p the jobs saw (injected {cfg.failure_p:g})")
-    writer.add("attempts_expected", expected_attempts(cfg.failure_p, tries), "count", labels=labels)
-    writer.add("survival_predicted", result.predicted, "ratio", labels=labels, text="p^3")
-    writer.add("jobs_as_planned", as_planned / cfg.survival_jobs, "ratio", labels=labels,
-               text="jobs whose outcome and attempts were what the injection plan implies for a 3-try wrapper")
-    progress(f"survival: {result.describe()}; {as_planned}/{cfg.survival_jobs} jobs as planned")
+    data, shards = make_survival_data(work / "dataset", seed=cfg.seed)
+    how = (f"a job = slurm/run_with_retries.sh --tries N --data DATA around one try (survival_try.py: "
+           f"{cfg.survival_try_s:g} s of steps, each checking {len(shards)} shards' sha256); an independent "
+           f"injector fails at exponential times (mean {cfg.survival_mtbf_s:g} s): SIGKILL of the running try's "
+           f"process group, or ({cfg.survival_corrupt_share:.0%}) a flipped byte in a shard")
+    tally = {arm: [0, 0] for arm in ARMS}  # failed jobs, jobs
+    tries_seen = [0, 0]                    # failed tries, tries
+    repairs = [0, 0]                       # repaired, checks
+    policy_ok = 0
+    seq = 0
+    with Injector(cfg.survival_mtbf_s, cfg.survival_corrupt_share, [*launch_key, 15]) as injector:
+        for j in range(cfg.survival_jobs):
+            for arm in (("wrapper", "single") if j % 2 == 0 else ("single", "wrapper")):  # drift favours no arm
+                tries = ARMS[arm]
+                labels = {"phase": "survival", "mode": arm, "tries": tries}
+                job = (j, arm)
+                log, try_log = work / f"job{j:06d}-{arm}.log", work / f"job{j:06d}-{arm}.tries"
+                run = run_survival_job(script, tries, data, cfg.survival_try_s, log, try_log, injector, job, shards)
+                events = [e for e in injector.events if e.job == job]
+                log.unlink(missing_ok=True)
+                try_log.unlink(missing_ok=True)
+                repair([data])  # the next job starts on sound data (what an operator's check would do)
+                failed = run.exit_status != 0
+                followed = run.policy_followed(tries)
+                tally[arm][0] += failed
+                tally[arm][1] += 1
+                policy_ok += followed
+                writer.add("job_failed", 1.0 if failed else 0.0, "bool", step=j, labels=labels,
+                           text=how if j == 0 else None)
+                writer.add("job_tries", len(run.attempts), "count", step=j, labels=labels)
+                writer.add("wrapper_policy_followed", 1.0 if followed else 0.0, "bool", step=j, labels=labels,
+                           text=None if followed else f"tries' exit status {[rc for *_, rc in run.attempts]}, "
+                                                      f"wrapper exit {run.exit_status}")
+                writer.add("job_kills", sum(e.kind == "kill" for e in events), "count", step=j, labels=labels)
+                writer.add("job_corruptions", sum(e.kind == "corrupt" for e in events), "count", step=j,
+                           labels=labels)
+                for k, (start, end, rc) in enumerate(run.attempts):
+                    writer.add("try_failed", 1.0 if rc else 0.0, "bool", step=seq, labels=labels)
+                    writer.add("try_exit_status", rc, "code", step=seq, labels=labels)
+                    writer.add("try_seconds", end - start, "s", step=seq, labels=labels)
+                    tries_seen[0] += rc != 0
+                    tries_seen[1] += 1
+                    seq += 1
+                if tries > 1:
+                    for ok, why in repair_checks(run, events):
+                        writer.add("shard_repaired", 1.0 if ok else 0.0, "bool", step=repairs[1],
+                                   labels={"phase": "repair", "tries": tries}, text=why or None)
+                        repairs[0] += ok
+                        repairs[1] += 1
+    missed = sum(e.job is None for e in injector.events)
+    writer.add("injected_failures", len(injector.events), "count", labels={"phase": "injector"},
+               text=f"{missed} struck while no try ran")
+    p_try = tries_seen[0] / tries_seen[1] if tries_seen[1] else math.nan
+    share = {arm: f / n if n else math.nan for arm, (f, n) in tally.items()}
+    progress(f"survival: p_try {p_try:.3f} ({tries_seen[0]}/{tries_seen[1]} tries failed); jobs failed with the "
+             f"wrapper {tally['wrapper'][0]}/{tally['wrapper'][1]} ({share['wrapper']:.3f}, p_try^3 "
+             f"{p_try ** GUIDE_C15_TRIES:.3f}), without {tally['single'][0]}/{tally['single'][1]} "
+             f"({share['single']:.3f}); policy followed {policy_ok}/{2 * cfg.survival_jobs}; shards repaired "
+             f"{repairs[0]}/{repairs[1]}; {len(injector.events)} failures injected ({missed} struck nothing)")
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -527,7 +920,7 @@ def run(cfg: FaultToleranceConfig, writer: RecordWriter, out_dir: str | os.PathL
     writer.add("device", None, "", text=device.type)
     failure_model = simulation_model(cfg.models)
     key = launch_key(cfg, writer)
-    writer.add("injection_seed", None, "", text=f"failures and survival plans drawn from seed sequence {list(key)}")
+    writer.add("injection_seed", None, "", text=f"failures drawn from seed sequence {list(key)}")
     try:
         for model in cfg.models:
             for j, dtype in enumerate(cfg.dtypes):
@@ -549,6 +942,10 @@ def run(cfg: FaultToleranceConfig, writer: RecordWriter, out_dir: str | os.PathL
                 gc.collect()
                 if not cfg.keep_checkpoints:
                     shutil.rmtree(here, ignore_errors=True)
+        measure_overhead(cfg, root / "overhead", device, writer, progress)
+        gc.collect()
+        if not cfg.keep_checkpoints:
+            shutil.rmtree(root / "overhead", ignore_errors=True)
         measure_survival_jobs(cfg, root / "survival", writer, progress, key)
     finally:
         if not cfg.keep_checkpoints:

@@ -4,7 +4,7 @@ from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import BREAKDOWN_STEPS, TRACE_STEPS
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
-from hpcbench.experiments.weather_case.config import WeatherCaseConfig
+from hpcbench.experiments.weather_case.config import GUIDE_REGIME, WeatherCaseConfig
 from hpcbench.experiments.weather_case.present import present_weather_case
 from hpcbench.experiments.weather_case.rules import RULES
 from hpcbench.experiments.weather_case.stages import STAGES
@@ -77,6 +77,7 @@ SPEC = register(Experiment(
                 "share, bytes across nodes, loss check",
     summarize=summarize,
     rules=RULES,
+    regimes={"C7": GUIDE_REGIME},
     present=present_weather_case,
     resources=distributed_resources,
     estimate=estimate,
