@@ -12,7 +12,7 @@ DEMO_RUN := results/demo-$(shell date +%Y%m%d-%H%M%S)
 help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
 	@echo "make demo    run the demo suite on this machine and write reports/demo/index.html"
-	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~2 h)"
+	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~2.75 h on 2 cores)"
 	@echo "make test    run the whole test suite (set HPCBENCH_REQUIRE_INTEGRATION=1 to forbid skips)"
 	@echo "make bench   run the benchmarks (ratios measured side by side, not tests)"
 	@echo "make bench-cluster   the benchmarks on the emulated SLURM cluster (root)"
