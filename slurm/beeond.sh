@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # BeeOND (BeeGFS On Demand) for one SLURM job: a temporary parallel file system striped over
-# the job's node-local NVMe disks, the guide's node-local cache (SOURCE.md 2.2, claim C5).
+# the job's node-local NVMe disks, the guide's node-local cache (guide sec. 2.2, claim C5).
 #
 #   source slurm/beeond.sh                 # inside the job script, after the #SBATCH lines
 #   beeond_up /local/nvme /mnt/beeond      # DIR on every node's local disk, MOUNT point

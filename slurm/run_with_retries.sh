@@ -1,5 +1,5 @@
 #!/bin/bash
-# run_with_retries.sh: the field guide's job wrapper made real (SOURCE.md 2.5, claim C15).
+# run_with_retries.sh: the field guide's job wrapper made real (guide sec. 2.5, claim C15).
 #
 #   slurm/run_with_retries.sh [--tries 3] [--delay 2] [--data DIR]... [--checkpoints DIR]...
 #                             [--verify sha256|size] [--log FILE] -- srun [SRUN ARGS...] COMMAND...

@@ -1,4 +1,4 @@
-"""Checkpoints (SOURCE.md 2.5, C11): two tiers, zstd, manifests, atomic writes, resume exactness.
+"""Checkpoints (guide sec. 2.5, C11): two tiers, zstd, manifests, atomic writes, resume exactness.
 
 Real files, real processes, real signals, no mocks: torn checkpoints are made by tearing
 files, the mid-write kill by SIGKILL, the full disk by a small tmpfs, the resume check by

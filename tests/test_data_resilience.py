@@ -1,4 +1,4 @@
-"""Resilient reading (SOURCE.md 2.5), bad input, staging, page-cache eviction, prefetching."""
+"""Resilient reading (guide sec. 2.5), bad input, staging, page-cache eviction, prefetching."""
 
 from __future__ import annotations
 

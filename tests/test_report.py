@@ -37,7 +37,7 @@ OPS = ("all_reduce", "all_gather")
 SIZES = (1024, 4096)
 #: Per-step times (ms) of a 1 KiB message; a size scales them, a repetition multiplies them.
 BASE_MS = (1.0, 2.0, 3.0)
-EXPECTED_CLAIMS = 17  # the claims of SOURCE.md that hpcbench.report.ledger evaluates
+EXPECTED_CLAIMS = 17  # the claims of the guide that hpcbench.report.ledger evaluates
 
 
 def _labels(op: str, size: int, group: str = "world") -> dict:

@@ -2,7 +2,7 @@
 
 Three kinds: limits and defaults of the software we drive (NCCL, PyTorch DDP), link
 rates of the hardware the guide names (vendor data sheets), and the guide's own figures
-(SOURCE.md, checked against the original in shared/seed/). Code that needs one of these
+(digested in hpcbench/guide/README.md, checked against the Chinese original). Code that needs one of these
 imports it from here; a literal 4096 or 3.2 elsewhere is a bug waiting to disagree.
 """
 
@@ -32,7 +32,7 @@ LINK_PEAKS_GBPS = {
 #: GPUs per node on the guide's platform (C16: "8 x A100").
 GUIDE_GPUS_PER_NODE = 8
 
-# -- the guide's figures (SOURCE.md) ---------------------------------------------------------
+# -- the guide's figures (hpcbench/guide/README.md) ---------------------------------------------
 GUIDE_C3_RESNET = (12_500, 18_700, 49.6)   # DDP, Hybrid images/s, stated gain %
 GUIDE_C3_GPT2 = (8_200, 11_500, 40.2)      # DDP, Hybrid tokens/s, stated gain %
 GUIDE_C7_STEP_MS = (420, 310, 132)         # original, comm-tuned, full optimisation
@@ -48,12 +48,12 @@ GUIDE_C10_NCCL_SETTINGS = {"NCCL_ALGO": "Tree", "NCCL_NSOCKS_PERTHREAD": "4",
 GUIDE_C11_FULL_EVERY_S = 3600              # "full training state every hour"
 GUIDE_C11_LIGHT_EVERY_S = 600              # "a light checkpoint every 10 minutes"
 GUIDE_C15_TRIES = 3                        # srun rerun "up to 3 times": retry from 0 while < 3
-# C6 (SOURCE.md 2.4, "Wrong monitoring metrics"): the guide's four alert thresholds.
+# C6 (guide sec. 2.4, "Wrong monitoring metrics"): the guide's four alert thresholds.
 GUIDE_C6_SM_EFFICIENCY_MIN = 0.80          # "GPU SM efficiency (DCGM) > 80 %"
 GUIDE_C6_IB_RETRANS_MAX = 0.001            # "IB retransmission rate (IB counters) < 0.1 %"
 GUIDE_C6_STORAGE_P99_MAX_S = 0.050         # "storage latency P99 (Lustre stats) < 50 ms"
 GUIDE_C6_CACHE_HIT_MIN = 0.90              # "CPU cache hit rate (perf) > 90 %"
-# C12 (SOURCE.md 6, "Gate before scaling out"): the guide's three gate limits, each a strict "<".
+# C12 (guide sec. 6, "Gate before scaling out"): the guide's three gate limits, each a strict "<".
 GUIDE_C12_STEP_TIME_CV_MAX = 0.05          # "step-time standard deviation < 5 %" (of the mean step time)
 GUIDE_C12_COMM_SHARE_MAX = 0.30            # "communication share < 30 %"
 GUIDE_C12_READ_P99_MAX_S = 0.100           # "storage read latency P99 < 100 ms"

@@ -1,6 +1,6 @@
 """Opening shards safely: verify against the manifest, repair from the source copy, count it.
 
-The field guide's resilient dataset (SOURCE.md 2.5) repairs a shard on an IOError or a
+The field guide's resilient dataset (guide sec. 2.5) repairs a shard on an IOError or a
 checksum error and retries the item. :class:`ShardAccess` is that logic for every reader:
 
 * ``open(i)`` checks shard ``i`` against the manifest (``verify="sha256"``: the whole file

@@ -1,4 +1,4 @@
-"""Fault tolerance (SOURCE.md 2.5, T-fault): checkpoints, resumable training, and the job wrapper.
+"""Fault tolerance (guide sec. 2.5, T-fault): checkpoints, resumable training, and the job wrapper.
 
 * :mod:`hpcbench.fault.state` — what a full and a light checkpoint hold; capture and restore.
 * :mod:`hpcbench.fault.checkpoint` — the two-tier policy (C11), zstd, manifests with sha256,

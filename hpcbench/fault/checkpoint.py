@@ -1,7 +1,7 @@
 """Two-tier checkpoints on disk: when to write, how to write safely, which one to resume from.
 
 The field guide's best practice (C11): the full state every hour, a light checkpoint every
-ten minutes, Zstandard compression; its first level of fault tolerance (SOURCE.md 2.5) names
+ten minutes, Zstandard compression; its first level of fault tolerance (guide sec. 2.5) names
 checkpoints by host and SLURM job id. :class:`CheckpointPolicy` holds those intervals (in
 wall time or steps), the retention and the compression level; :class:`CheckpointManager`
 writes, lists, validates and loads checkpoints in one folder.

@@ -1,4 +1,4 @@
-"""The job wrapper's policy (SOURCE.md 2.5, C15): rerun a failed job, repair storage between tries.
+"""The job wrapper's policy (guide sec. 2.5, C15): rerun a failed job, repair storage between tries.
 
 The guide's third level of fault tolerance is a loop around ``srun``: up to **3** runs,
 storage repaired between them. Two things carry it out here, with one policy:

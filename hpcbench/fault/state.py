@@ -1,6 +1,6 @@
 """What a checkpoint holds: the full and the light training state, captured and restored.
 
-The field guide's first level of fault tolerance (SOURCE.md 2.5) is a checkpoint holding
+The field guide's first level of fault tolerance (guide sec. 2.5) is a checkpoint holding
 epoch, model and optimizer state; its best practice (C11) writes the *full* state every hour
 and a *light* one every ten minutes. This module decides what each tier holds, as plain
 nested dicts of tensors, ints, floats, strings and lists, so that every checkpoint loads with

@@ -1,7 +1,7 @@
 """The field guide's claims C1-C17: wording, figures and the arithmetic its figures predict.
 
 Each :class:`Claim` holds the guide's own wording and figures (checked against the
-Chinese original, ``shared/seed/000_54c34f07cd6e0700.txt``) and what the guide's
+Chinese original; our digest is ``hpcbench/guide/README.md``) and what the guide's
 numbers predict where its arithmetic can be checked. Nothing here judges a
 measurement: the experiment packages own the rules (their SPEC names the claim ids
 they rule on), and :mod:`hpcbench.report.ledger` puts rules and claims together.
@@ -45,7 +45,7 @@ class Claim:
     """One claim of the guide, as the guide states it."""
 
     id: str
-    """``"C1"`` .. ``"C17"``, as numbered in SOURCE.md."""
+    """``"C1"`` .. ``"C17"``, as the guide's claims are numbered (hpcbench/guide/README.md)."""
     kind: str
     """One of :data:`KINDS`: what sort of statement it is decides what a verdict on it can say."""
     section: str

@@ -1,4 +1,4 @@
-"""Per-node monitoring for the guide's C6 ("wrong monitoring metrics", SOURCE.md 2.4).
+"""Per-node monitoring for the guide's C6 ("wrong monitoring metrics", guide sec. 2.4).
 
 GPU utilisation alone hides the real bottleneck; this package samples what the guide says
 to watch instead (SM activity, InfiniBand or TCP retransmissions, storage read latency

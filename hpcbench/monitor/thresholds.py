@@ -1,6 +1,6 @@
 """Alert thresholds as data, and the alerts a records frame raises against them.
 
-:data:`C6_THRESHOLDS` are the guide's four (SOURCE.md 2.4, C6; the figures live in
+:data:`C6_THRESHOLDS` are the guide's four (guide sec. 2.4, C6; the figures live in
 :mod:`hpcbench.core.facts`) plus ``tcp_retransmission_rate < 0.1 %``: our stand-in for the
 InfiniBand rate on Ethernet clusters (the emulated one included), with the guide's IB
 figure, since TCP has no fabric-level retransmission of its own and a degraded link shows
@@ -47,7 +47,7 @@ class Threshold:
         op: one of ``<``, ``>``, ``<=``, ``>=``.
         value: the figure, in ``unit``.
         unit: the metric's unit.
-        source: where the figure comes from ("guide C6 (SOURCE.md 2.4)", an override file).
+        source: where the figure comes from ("guide C6 (sec. 2.4)", an override file).
     """
 
     metric: str
@@ -74,7 +74,7 @@ class Threshold:
         return f"{self.metric} {self.op} {self.value:g} {self.unit}".rstrip()
 
 
-_GUIDE = "guide C6 (SOURCE.md 2.4)"
+_GUIDE = "guide C6 (sec. 2.4)"
 C6_THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("sm_activity", ">", facts.GUIDE_C6_SM_EFFICIENCY_MIN, "fraction", _GUIDE + ": GPU SM efficiency"),
     Threshold("ib_retransmission_rate", "<", facts.GUIDE_C6_IB_RETRANS_MAX, "fraction",

@@ -1,6 +1,6 @@
 """The gate before scaling out (guide C12), evaluated on any task's step records.
 
-The guide (SOURCE.md sec. 6): "check that the step-time standard deviation is below 5 %, the
+The guide (sec. 6): "check that the step-time standard deviation is below 5 %, the
 communication share below 30 % and the storage read latency P99 below 100 ms". The three limits
 are data (:data:`GATE_THRESHOLDS`, figures from :mod:`hpcbench.core.facts`); each is measured by
 one function registered under the threshold's name (:data:`MEASURES`), from records in the one
@@ -61,7 +61,7 @@ __all__ = ["GATE_METRICS", "GATE_THRESHOLDS", "GateCheck", "GateResult", "GateTh
 
 #: The label value that marks a no-op communication twin (``comm="noop"``, ``compression="noop"``).
 NOOP = "noop"
-_SOURCE = "guide C12 (SOURCE.md sec. 6)"
+_SOURCE = "guide C12 (sec. 6)"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The guide's platform (C16) is :data:`~hpcbench.scale.platforms.PLATFORMS` ``a100_hdr``: 8 x A100
 per node on NVLink, 200 Gb/s HDR InfiniBand; 4 nodes, the 32 tasks of its job script
-(SOURCE.md 2.3, ``--ntasks=32 --gres=gpu:8``). The guide does not say how many NICs a node has:
+(guide sec. 2.3, ``--ntasks=32 --gres=gpu:8``). The guide does not say how many NICs a node has:
 every prediction takes ``nics_per_node`` (default: the platform's) and also shows 1 and 8.
 
 Compute of one micro-step comes from a published single-GPU training throughput where one is
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the ledger imports pandas; the predictors only read the evi
 
 GUIDE_PLATFORM = "a100_hdr"
 GUIDE_JOB_TASKS = 32
-"""Tasks of the guide's job script (SOURCE.md 2.3: ``--ntasks=32 --gres=gpu:8``)."""
+"""Tasks of the guide's job script (guide sec. 2.3: ``--ntasks=32 --gres=gpu:8``)."""
 GUIDE_NODES = GUIDE_JOB_TASKS // GUIDE_GPUS_PER_NODE
 """4 nodes of 8 GPUs."""
 NIC_COUNTS = (1, 8)
@@ -126,7 +126,7 @@ RESNET50 = _resnet50()
 GPT2_124M = _gpt2_124m()
 """C3's and C8's GPT-2 (124M) at llm.c's A100 micro-batch."""
 
-#: C1's 10B model (SOURCE.md sec. 1). Shape assumed, the guide gives none: 40 blocks of width 4,608
+#: C1's 10B model (guide sec. 1). Shape assumed, the guide gives none: 40 blocks of width 4,608
 #: (12 L d^2 = 10.2 B, between GPT-3's 6.7B at 32 x 4096 and 13B at 40 x 5140, Brown et al. 2020 Table 2.1);
 #: it only sets the layer-norm share. Tokens per GPU per step: 8,192 (4 sequences of 2,048), an assumption
 #: inside C1's sweep (hpcbench.scale.predict.predict_c1).

@@ -127,7 +127,7 @@ _NIC_SRC_PEAK = ("link peak used as sustained (no checked sustained figure): the
 
 PLATFORMS.register("a100_hdr", Platform(
     name="a100_hdr",
-    device_name="NVIDIA A100-SXM4-80GB",  # the guide's 8 x A100 per node (SOURCE.md sec. 1, C16)
+    device_name="NVIDIA A100-SXM4-80GB",  # the guide's 8 x A100 per node (guide sec. 1, C16)
     gpus_per_node=8,
     intra=LinkModel(_ALPHA_NVLINK_S, 1.0 / (_A100_NVLINK_SUSTAINED_GBPS * GB),
                     "NVLink 3: 235 GB/s per GPU per direction, NCCL tuning.cc sm80 ceiling "
@@ -141,8 +141,8 @@ PLATFORMS.register("a100_hdr", Platform(
     mfu=DEFAULT_MFU,
     base_latency_s=_BASE_LAT_S,
     sources={
-        "device": "guide SOURCE.md sec. 1 (8 x A100 per node); peak: hpcbench.core.metrics (NVIDIA A100 datasheet)",
-        "gpus_per_node": "guide SOURCE.md sec. 1, C16: 8 x A100 per node",
+        "device": "guide sec. 1 (8 x A100 per node); peak: hpcbench.core.metrics (NVIDIA A100 datasheet)",
+        "gpus_per_node": "guide sec. 1, C16: 8 x A100 per node",
         "intra_bandwidth": "NCCL tuning.cc: busBw <= 235 GB/s on sm80; NVIDIA A100 datasheet: NVLink 600 GB/s",
         "intra_latency": _NCCL_SRC,
         "nic_bandwidth": "guide C16: 200 Gb/s HDR InfiniBand; " + _NIC_SRC_PEAK,

@@ -50,7 +50,7 @@ C1_THRESHOLD = 0.40
 C1_PARAMS = 10e9
 """The guide's C1 model: 10 billion parameters."""
 C1_NODES = 4
-"""Nodes of the guide's job script (SOURCE.md 2.3: ``--ntasks=32 --gres=gpu:8``, 8 GPUs per node)."""
+"""Nodes of the guide's job script (guide sec. 2.3: ``--ntasks=32 --gres=gpu:8``, 8 GPUs per node)."""
 TRAINING_FLOPS_PER_PARAM_TOKEN = 6
 """Forward + backward FLOPs per parameter per token (Kaplan et al. 2020, sec. 2.1)."""
 
@@ -363,7 +363,7 @@ def predict_c1(params: float = C1_PARAMS, platform: str | Platform = "a100_hdr",
     """C1's sweep: busy share of a ``params`` model on ``platform`` across tokens per GPU per step,
     NICs per node, gradient precision, node counts and modes.
 
-    Defaults: 4 nodes x 8 GPUs, the 32 tasks of the guide's job script (SOURCE.md 2.3,
+    Defaults: 4 nodes x 8 GPUs, the 32 tasks of the guide's job script (guide sec. 2.3,
     ``--ntasks=32 --gres=gpu:8``); tokens per GPU per step from one 512-token sequence to 16k.
 
     Returns:

@@ -54,7 +54,7 @@ from hpcbench.core.registry import Registry
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
                         category=DeprecationWarning)
 
-#: Faults that trigger a repair and a retry (SOURCE.md 2.5: IOError or checksum error).
+#: Faults that trigger a repair and a retry (guide sec. 2.5: IOError or checksum error).
 REPAIRABLE = (OSError, CorruptRecordError, ShardCheckFailed)
 
 

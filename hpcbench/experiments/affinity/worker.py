@@ -1,4 +1,4 @@
-"""The ``affinity`` experiment on every rank (T-affinity, SOURCE.md 2.3): each common mistake against the right way.
+"""The ``affinity`` experiment on every rank (T-affinity, guide sec. 2.3): each common mistake against the right way.
 
 :func:`run_worker` reads this node's topology, makes the binding plan
 (:func:`hpcbench.affinity.plan.plan_binding`) and records it as the job script would carry it

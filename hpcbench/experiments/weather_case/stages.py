@@ -1,7 +1,7 @@
 """The stages of the guide's tuning case (C7) as a registry: what each stage turns on.
 
 The guide's table has three rows — original, after communication tuning, full optimisation —
-and names three techniques (SOURCE.md section 3). Each row here is one :class:`Stage`; the three
+and names three techniques (guide section 3). Each row here is one :class:`Stage`; the three
 techniques alone are stages too, so that the ablation shows what each one is worth on its own:
 
 =====================  ============  ================  ============  ===============
