@@ -45,6 +45,25 @@ def test_every_claim_has_a_kind_and_the_ledger_row_speaks_its_words():
     assert all(verdict_words(k, v) == v for k in KINDS for v in ("inconclusive", "not measured yet", "context"))
 
 
+def test_a_row_as_data_keeps_every_comparison_its_interval_band_and_why_not_counted():
+    from hpcbench.report.ledger import Judgement, row_of
+    from hpcbench.report.verdict import Interval, Outcome, Reference
+
+    counted = Outcome("reproduced", Interval(1.5, 1.4, 1.6, 5, 10), Reference(1.35, lower=1.28, source="guide"))
+    context = Outcome("inconclusive", Interval(1.0, 0.9, float("inf"), 2, 10), Reference(1.35, lower=1.28),
+                      "context: a fixed link, original at 85% busy")
+    row = row_of(get_claim("C7"), Judgement("reproduced", "m", "d", (counted, context), ("level 1", "level 1 fixed")),
+                 "weather_case", regime="guide's regime: original 61% busy")
+    data = json.loads(json.dumps(row.as_record(), allow_nan=False))  # strict JSON: no NaN, no Infinity
+    assert data["claim"] == "C7" and data["kind"] == "figure" and data["verdict_text"] == "reproduced"
+    assert data["regime"].startswith("guide's regime")
+    first, second = data["comparisons"]
+    assert (first["label"], first["estimate"], first["low"], first["high"], first["launches"], first["steps"]) == (
+        "level 1", 1.5, 1.4, 1.6, 5, 10)
+    assert first["reference"] == {"value": 1.35, "lower": 1.28, "upper": None, "unit": "x", "source": "guide"}
+    assert second["high"] is None and data["not_counted"] == ["context: a fixed link, original at 85% busy"]
+
+
 def test_get_claim_and_unknown_id_lists_valid_ones():
     assert get_claim("C16").id == "C16"
     with pytest.raises(ClaimError) as info:

@@ -124,6 +124,12 @@ def test_report_json_counts_every_real_claim_once(runs, cluster, tmp_path):
     assert manifest["claims"] == n_rows == EXPECTED_CLAIMS
     assert sum(manifest["verdicts"].values()) == EXPECTED_CLAIMS
     assert DIFFERS not in manifest["verdicts"]  # one run cannot disagree with itself
+    # the ledger as data: one row per claim, with its kind and what a team tracks across runs
+    rows = manifest["ledger"]
+    assert [r["claim"] for r in rows] == [f"C{i}" for i in range(1, EXPECTED_CLAIMS + 1)]
+    assert {r["kind"] for r in rows} == {"figure", "technique", "anecdote"}
+    assert all({"verdict", "verdict_text", "regime", "comparisons", "not_counted", "run"} <= set(r) for r in rows)
+    assert all(isinstance(r["comparisons"], list) for r in rows)  # their fields: tests/test_ledger.py
 
 
 # -- publishing --------------------------------------------------------------------

@@ -94,7 +94,8 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
         _warn_not_copied(files, warn)
         progress(f"report: writing {out / 'index.html'}")
         (building / "index.html").write_text(html, encoding="utf-8")
-        write_report_manifest(building, report_manifest(title, agg.sources, _verdicts_by_source(agg, ledger)))
+        write_report_manifest(building, report_manifest(title, agg.sources, _verdicts_by_source(agg, ledger),
+                                                        ledger=_ledger_records(agg, ledger)))
     return out / "index.html"
 
 
@@ -126,6 +127,20 @@ def _verdicts_by_source(agg: Aggregate, ledger: dict[str, list | Exception]) -> 
     """Each source's verdict per claim id, for report.json; None where evaluating failed."""
     return {label: ({str(r.claim_id): str(r.verdict) for r in rows} if isinstance(rows := ledger.get(label), list)
                     else None) for label in agg.labels}
+
+
+def _ledger_records(agg: Aggregate, ledger: dict[str, list | Exception]) -> list[dict[str, Any]]:
+    """The ledger as data for report.json: each evaluated source's rows, labelled with the source.
+
+    Rows without :meth:`~hpcbench.report.ledger.LedgerRow.as_record` (another ledger module's) give
+    their claim id and verdict only.
+    """
+    def record(row: Any) -> dict[str, Any]:
+        as_record = getattr(row, "as_record", None)
+        return as_record() if callable(as_record) else {"claim": str(row.claim_id), "verdict": str(row.verdict)}
+
+    return [{"run": label, **record(row)} for label in agg.labels
+            if isinstance(rows := ledger.get(label), list) for row in rows]
 
 
 @contextlib.contextmanager

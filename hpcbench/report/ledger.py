@@ -115,6 +115,17 @@ class LedgerRow:
         """The verdict in the words of the claim's kind (:func:`verdict_words`)."""
         return verdict_words(self.kind, self.verdict)
 
+    def as_record(self) -> dict[str, Any]:
+        """The row as JSON-ready data (``report.json``'s ``ledger``): every comparison with its interval,
+        n, reference band and outcome, so that teams can track verdicts across runs."""
+        return {"claim": self.claim_id, "kind": self.kind, "section": self.section, "claimed": self.claimed,
+                "experiment": self.experiment, "verdict": self.verdict, "verdict_text": self.verdict_text,
+                "regime": self.regime or None, "measured": self.measured,
+                "comparisons": [_outcome_record(label, o) for label, o in
+                                zip(self.labels or [""] * len(self.outcomes), self.outcomes)],
+                "not_counted": sorted({o.why for o in self.outcomes if o.why.startswith(NOT_COUNTED_PREFIXES)}),
+                "detail": self.detail}
+
 
 @dataclass
 class Evidence:
@@ -148,6 +159,26 @@ def combined_prediction(model_prediction: str, guide_arithmetic: str) -> str:
     if not guide_arithmetic:
         return model_prediction
     return f"{model_prediction}{PREDICTION_SEPARATOR}{GUIDE_ARITHMETIC}: {guide_arithmetic}"
+
+
+#: How an outcome that does not count says why (:mod:`hpcbench.report.rulekit`): not applicable, context, regime.
+NOT_COUNTED_PREFIXES = ("not applicable", "context:", "inconclusive: regime")
+
+
+def _number(value: float | None) -> float | None:
+    """A float for JSON: None for NaN and infinities (an interval with too few launches has infinite bounds)."""
+    import math
+
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _outcome_record(label: str, outcome: Outcome) -> dict[str, Any]:
+    iv, ref = outcome.interval, outcome.reference
+    return {"label": label, "estimate": _number(iv.estimate), "low": _number(iv.low), "high": _number(iv.high),
+            "unit": iv.unit, "launches": iv.launches, "steps": iv.steps,
+            "reference": {"value": _number(ref.value), "lower": _number(ref.lower), "upper": _number(ref.upper),
+                          "unit": ref.unit, "source": ref.source},
+            "verdict": outcome.verdict, "why": outcome.why}
 
 
 def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_prediction: str = "",

@@ -60,7 +60,8 @@ def _count(verdicts: Sequence[str]) -> dict[str, int]:
 
 def report_manifest(title: str, sources: Sequence[Any],
                     verdicts_by_source: Mapping[str, Mapping[str, str] | None],
-                    generated: dt.datetime | None = None) -> dict[str, Any]:
+                    generated: dt.datetime | None = None,
+                    ledger: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The content of ``report.json``: the report's metadata as data.
 
     Args:
@@ -70,6 +71,8 @@ def report_manifest(title: str, sources: Sequence[Any],
         verdicts_by_source: per source label, the verdict of each claim id; None where the
             claims could not be evaluated for that source.
         generated: when the report was generated (default: now).
+        ledger: the claims ledger as data, one row per claim and run
+            (:meth:`hpcbench.report.ledger.LedgerRow.as_record` with its run's ``label``).
 
     Returns:
         A JSON-ready dict. ``verdicts`` counts each claim once: under its verdict when every
@@ -92,7 +95,7 @@ def report_manifest(title: str, sources: Sequence[Any],
             per_claim.setdefault(str(claim_id), set()).add(str(verdict))
     combined = [next(iter(v)) if len(v) == 1 else DIFFERS for v in per_claim.values()]
     return {"schema": SCHEMA, "title": title, "generated": _utc_stamp(generated), "runs": runs,
-            "claims": len(per_claim), "verdicts": _count(combined)}
+            "claims": len(per_claim), "verdicts": _count(combined), "ledger": list(ledger)}
 
 
 def _write_atomic(path: Path, text: str) -> None:
