@@ -44,6 +44,23 @@ MAX_RATE_BPS = 10e9
 REGIMES = ("guide", "fixed")
 
 
+def calibration_rates_problem(rates: Sequence[str]) -> str | None:
+    """None when ``rates`` are 2-3 distinct tc rates tc can shape here, else what is wrong (for a config error)."""
+    from hpcbench.cluster.network import parse_rate
+
+    parsed = []
+    for text in rates:
+        try:
+            parsed.append(parse_rate(text))
+        except ValueError as exc:
+            return str(exc)
+    if not 2 <= len(set(parsed)) == len(parsed) <= 3:
+        return f"{list(rates)}: give 2-3 distinct rates"
+    if not all(MIN_RATE_BPS <= r <= MAX_RATE_BPS for r in parsed):
+        return f"{list(rates)}: every rate within {MIN_RATE_BPS / 1e6:g}..{MAX_RATE_BPS / 1e6:g} Mbit/s"
+    return None
+
+
 @dataclass(frozen=True)
 class GuideRegime:
     """The regime a claim's figures were measured in: the baseline's busy share on the guide's platform."""

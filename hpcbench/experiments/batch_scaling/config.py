@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcbench.cluster.network import parse_rate
 from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.modes import MODE_NAMES, MODES
-from hpcbench.scale.regime import MAX_RATE_BPS, MIN_RATE_BPS, REGIMES as LINK_REGIMES, GuideRegime
+from hpcbench.scale.regime import REGIMES as LINK_REGIMES, GuideRegime, calibration_rates_problem
 
 REGIMES = ("larger_batch", "fixed_global_batch")
 
@@ -101,17 +100,9 @@ class BatchScalingConfig(DistributedConfig):
         if 1 not in self.factors or "larger_batch" not in self.regimes:
             raise self._error("link_regime", "'guide' calibrates the larger_batch 1x step, which the sweep lacks "
                                              f"(factors {self.factors}, regimes {self.regimes})")
-        rates = []
-        for text in self.calibration_rates:
-            try:
-                rates.append(parse_rate(text))
-            except ValueError as exc:
-                raise self._error("calibration_rates", str(exc)) from None
-        if not 2 <= len(set(rates)) == len(rates) <= 3:
-            raise self._error("calibration_rates", f"{self.calibration_rates}: give 2-3 distinct rates")
-        if not all(MIN_RATE_BPS <= r <= MAX_RATE_BPS for r in rates):
-            raise self._error("calibration_rates", f"{self.calibration_rates}: every rate within "
-                                                   f"{MIN_RATE_BPS / 1e6:g}..{MAX_RATE_BPS / 1e6:g} Mbit/s")
+        problem = calibration_rates_problem(self.calibration_rates)
+        if problem:
+            raise self._error("calibration_rates", problem)
 
     def plan(self, regime: str, factor: int) -> tuple[int, int]:
         """(micro-batch per rank, micro-steps per optimizer step) of one regime and factor."""

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcbench.cluster.network import parse_rate
 from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C3_RESNET, IB_MTU_BYTES
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.modes import MODE_NAMES, MODES
-from hpcbench.scale.regime import MAX_RATE_BPS, MIN_RATE_BPS, REGIMES, GuideRegime
+from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
 
 #: One InfiniBand MTU (4 KiB) in DDP's bucket_cap_mb unit (MiB): the C17 sweep point.
 IB_MTU_BUCKET_MB = IB_MTU_BYTES / (1 << 20)
@@ -165,14 +164,6 @@ class CommModesConfig(DistributedConfig):
         return next((m for m in self.models if m.startswith(CALIBRATED_FAMILY)), None)
 
     def _check_regime(self) -> None:
-        rates = []
-        for text in self.calibration_rates:
-            try:
-                rates.append(parse_rate(text))
-            except ValueError as exc:
-                raise self._error("calibration_rates", str(exc)) from None
-        if not 2 <= len(set(rates)) == len(rates) <= 3:
-            raise self._error("calibration_rates", f"{self.calibration_rates}: give 2-3 distinct rates")
-        if not all(MIN_RATE_BPS <= r <= MAX_RATE_BPS for r in rates):
-            raise self._error("calibration_rates", f"{self.calibration_rates}: every rate within "
-                                                   f"{MIN_RATE_BPS / 1e6:g}..{MAX_RATE_BPS / 1e6:g} Mbit/s")
+        problem = calibration_rates_problem(self.calibration_rates)
+        if problem:
+            raise self._error("calibration_rates", problem)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcbench.cluster.network import parse_rate
 from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.facts import GUIDE_C7_STEP_MS, GUIDE_C7_UTIL
 from hpcbench.experiments.weather_case.stages import BASELINE, STAGE_NAMES, STAGES
 from hpcbench.models import MODELS
 from hpcbench.parallel.modes import MODES
-from hpcbench.scale.regime import MAX_RATE_BPS, MIN_RATE_BPS, REGIMES, GuideRegime
+from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
 
 #: The grid models (weather ViTs) the experiment can train.
 GRID_MODELS = tuple(name for name in MODELS.names() if MODELS.get(name).kind == "grid")
@@ -124,16 +123,8 @@ class WeatherCaseConfig(DistributedConfig):
             if BASELINE not in self.stages:
                 raise self._error("regime", f"'guide' calibrates {BASELINE}'s busy share, which is not in stages "
                                             f"{self.stages}")
-            rates = []
-            for text in self.calibration_rates:
-                try:
-                    rates.append(parse_rate(text))
-                except ValueError as exc:
-                    raise self._error("calibration_rates", str(exc)) from None
-            if not 2 <= len(set(rates)) == len(rates) <= 3:
-                raise self._error("calibration_rates", f"{self.calibration_rates}: give 2-3 distinct rates")
-            if not all(MIN_RATE_BPS <= r <= MAX_RATE_BPS for r in rates):
-                raise self._error("calibration_rates", f"{self.calibration_rates}: every rate within "
-                                                       f"{MIN_RATE_BPS / 1e6:g}..{MAX_RATE_BPS / 1e6:g} Mbit/s")
+            problem = calibration_rates_problem(self.calibration_rates)
+            if problem:
+                raise self._error("calibration_rates", problem)
         if self.data and self.data_source == "synthetic":
             raise self._error("data", "is set while data_source is 'synthetic'; give one or the other")
