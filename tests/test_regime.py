@@ -95,6 +95,18 @@ def test_calibrate_measures_each_rate_then_solves():
     assert failed.solution is None and failed.link_rate_bps is None and "a line needs 2" in failed.why_not
 
 
+def test_refinement_stops_on_target_and_otherwise_refines_twice():
+    # exact measurements: the first refinement lands on the target, so no second one
+    seen = []
+    cal = calibrate(lambda r: seen.append(r) or busy(r), [1e9, 1e8], 0.61)
+    assert len(seen) == 3 and busy(seen[-1]) == pytest.approx(0.61)
+    # a machine that reads every point 10 points too busy beyond the two given rates: never on target
+    noisy = []
+    off = calibrate(lambda r: noisy.append(r) or (busy(r) if len(noisy) <= 2 else min(busy(r) + 0.10, 0.99)),
+                    [1e9, 1e8], 0.61)
+    assert len(noisy) == 4 and len(off.points) == 4  # two refinements, then the fit of all four
+
+
 REGIME = GuideRegime("C7", 0.61, "original", "420 ms at 61 %")
 
 

@@ -25,6 +25,8 @@ from hpcbench.core.errors import HpcbenchError
 
 #: Seconds one reshape may take (two tc commands per node end, a Python start).
 RESHAPE_TIMEOUT_S = 60
+#: Seconds one reshape of every node link typically takes here, for the tasks' time estimates.
+RESHAPE_TYPICAL_S = 1.5
 #: What runs in the host's namespace: hpcbench.cluster.reshape_links(STATE_DIR, link_rate=RATE).
 RESHAPE_SCRIPT = ("import sys; from hpcbench.cluster import reshape_links; "
                   "info = reshape_links(sys.argv[1], link_rate=sys.argv[2]); "

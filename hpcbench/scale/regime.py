@@ -215,15 +215,17 @@ class Calibration:
 
 
 def calibrate(measure_at: Callable[[float], float], rates_bps: Sequence[float], target_busy: float, *,
-              refine: int = 1, min_rate_bps: float = MIN_RATE_BPS, max_rate_bps: float = MAX_RATE_BPS) -> Calibration:
+              refine: int = 2, tolerance: float = TOLERANCE, min_rate_bps: float = MIN_RATE_BPS,
+              max_rate_bps: float = MAX_RATE_BPS) -> Calibration:
     """Measure the baseline's busy share at each rate, fit, and solve for ``target_busy``.
 
     Args:
         measure_at: shapes the link to the rate and returns the baseline's busy share there.
         rates_bps: 2-3 distinct rates, ideally bracketing the target.
-        refine: times the solved rate is measured too and the fit redone with it (when it is a new
-            rate): on a shared machine the few steps per point are noisy, and a point next to the
-            target pins the line where it matters.
+        refine: at most this many times the solved rate is measured too and the fit redone with it
+            (when it is a new rate): on a shared machine the few steps per point are noisy, and a
+            point next to the target pins the line where it matters. A refinement that measures
+            the target within ``tolerance`` ends the refining (one more would only add noise).
 
     Returns:
         :class:`Calibration`; a failed fit gives ``solution`` None and ``why_not``.
@@ -239,6 +241,8 @@ def calibrate(measure_at: Callable[[float], float], rates_bps: Sequence[float], 
         if attempt == refine or rate is None or any(abs(rate - p.link_rate_bps) <= 1e-3 * rate for p in points):
             return Calibration(points, fit, solution)
         points = (*points, RegimePoint(rate, float(measure_at(rate))))
+        if abs(points[-1].busy - target_busy) <= tolerance:
+            refine = attempt + 1  # on target: refit with this point and stop
     raise AssertionError("unreachable: the loop returns on its last attempt")
 
 

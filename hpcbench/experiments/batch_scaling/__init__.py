@@ -1,5 +1,6 @@
 """Experiment ``batch_scaling``: per-rank throughput against the batch, with gradient accumulation (C2)."""
 
+from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
@@ -12,8 +13,6 @@ from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, tra
 #: Alive at once (worker.run_worker): the base model's weights, and the DDP copy's weights,
 #: gradients and buckets; SGD without momentum keeps no state.
 STATE_COPIES = 4
-#: One reshape of every node link (a Python start in the host's namespace, two tc commands per link end).
-_RESHAPE_S = 1.5
 
 
 def estimate(cfg: BatchScalingConfig) -> Estimate:
@@ -41,7 +40,7 @@ def estimate(cfg: BatchScalingConfig) -> Estimate:
         one = training_step_seconds(cfg.model, samples=cfg.base_batch, image_size=cfg.image_size,
                                     seq_len=cfg.seq_len, ranks=ranks, speed=speed) or 0.0
         seconds += ((len(cfg.calibration_rates) + 1) * 2 * (1 + cfg.calibration_steps) + 1 + cfg.steps) * one
-        seconds += (len(cfg.calibration_rates) + 3) * _RESHAPE_S
+        seconds += (len(cfg.calibration_rates) + 3) * RESHAPE_TYPICAL_S
     if peak is None:
         return Estimate(RANK_BYTES, ranks, None,
                         basis=f"no footprint for {cfg.model}: one bare process per rank, the model not counted")

@@ -109,9 +109,10 @@ def run_worker(cfg: BatchScalingConfig, topo: Topology, writer: RecordWriter) ->
                        if baseline is not None and topo.nodes > 1 else None)
         judged = _sweep(cfg, topo, rank, writer, spec, base, items_per_sample)
         compute = baseline.compute(cfg.steps, sync) if baseline is not None else None
+        judged_at = steer.current if steer is not None else None  # before leaving the block puts the link back
         dist.barrier()  # every rank done with the judged steps before rank 0 puts the links back
     if baseline is not None and lead:
-        write_regime(writer, calibration, steer, judged, compute, topo)
+        write_regime(writer, calibration, steer, judged, compute, topo, judged_at)
 
 
 def _sweep(cfg: BatchScalingConfig, topo: Topology, rank, writer: RecordWriter, spec, base,
@@ -223,11 +224,12 @@ class BaselineTwin:
 
 
 def write_regime(writer: RecordWriter, calibration: Calibration | None, steer: SteeredLink, judged: list[float],
-                 compute: list[float], topo: Topology) -> None:
+                 compute: list[float], topo: Topology, judged_at: str | None) -> None:
     """The calibration's points and the regime facts the C2 rule reads (``fact.regime.*``).
 
     The reached busy share is the median no-op step over the median judged 1x step: both timed at the
-    link the judged steps ran on, the twin right after the sweep.
+    link the judged steps ran on (``judged_at``, read before the link was put back), the twin right after
+    the sweep.
     """
     from hpcbench.cluster.network import parse_rate
 
@@ -239,7 +241,7 @@ def write_regime(writer: RecordWriter, calibration: Calibration | None, steer: S
     step = statistics.median(judged) if judged else math.nan
     reached = statistics.median(compute) / step if judged and compute and step > 0 else math.nan
     shaped = steer.can_shape and calibration.fit is not None
-    rate = parse_rate(steer.current) if shaped and steer.current else None
+    rate = parse_rate(judged_at) if shaped and judged_at else None
     writer.add("regime_calibration", None, "", text=calibration.describe()
                + f"; judged steps: larger_batch 1x {reached:.0%} busy (the guide's {GUIDE_REGIME.target_busy:.0%})")
     write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, rate))

@@ -1,5 +1,6 @@
 """Experiment ``comm_modes``: flat DDP against two-level reductions, and the bucket sweep (C3, C17)."""
 
+from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import TRACE_STEPS
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
@@ -9,10 +10,6 @@ from hpcbench.experiments.comm_modes.present import present_comm_modes
 from hpcbench.experiments.comm_modes.rules import RULES
 from hpcbench.experiments.comm_modes.summary import summarize
 from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
-
-
-#: One reshape of every node link (a Python start in the host's namespace, two tc commands per link end).
-_RESHAPE_S = 1.5
 
 
 def estimate(cfg: CommModesConfig) -> Estimate:
@@ -44,7 +41,7 @@ def estimate(cfg: CommModesConfig) -> Estimate:
             # ddp and its twin at each calibration rate, the twin after the model's runs, each reshape and the
             # restore; the twin pair stays alive beside the runs (3 copies each)
             seconds += ((len(cfg.calibration_rates) + 1) * 2 * (1 + cfg.calibration_steps) + 1 + cfg.steps) * step
-            seconds += (len(cfg.calibration_rates) + 3) * _RESHAPE_S
+            seconds += (len(cfg.calibration_rates) + 3) * RESHAPE_TYPICAL_S
             need = training_memory(name, state_copies=copies + 6, **shape) or need
             peak = max(peak, need)
     basis = (f"{copies} float32 copies of the largest model's parameters + 2x its layer outputs for a batch of "

@@ -1,5 +1,6 @@
 """Experiment ``gradient_compression``: 2-bit gradients in 4 MB buckets against float32, fp16, bf16, PowerSGD (C8)."""
 
+from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
                                   distributed_resources, register)
@@ -29,9 +30,13 @@ def estimate(cfg: CompressionConfig) -> Estimate:
     speed = GPU_SPEED if gpu else CPU_SPEED
     ranks = cfg.nodes * cfg.ranks_per_node
     series = len(cfg.series()) + 1
-    copies = OTHER_COPIES + series * (SERIES_COPIES + (1 if cfg.momentum else 0))
+    # the regime calibration's none and no-op copies live beside the series while it runs
+    calibrated = 2 if cfg.regime == "guide" else 0
+    copies = OTHER_COPIES + (series + calibrated) * (SERIES_COPIES + (1 if cfg.momentum else 0))
     shape = {"samples": cfg.batch_size, "image_size": cfg.image_size, "seq_len": cfg.seq_len}
-    steps_per_model = len(cfg.modes) * series * (cfg.warmup_steps + cfg.steps + CHECK_STEPS)
+    # each calibration rate and the refinement at the solved one: 1 untimed + calibration_steps steps of both
+    calibration_steps = calibrated * (len(cfg.calibration_rates) + 1) * (1 + cfg.calibration_steps)
+    steps_per_model = len(cfg.modes) * (series * (cfg.warmup_steps + cfg.steps + CHECK_STEPS) + calibration_steps)
     peak, seconds, unknown = 0, TASK_STARTUP_S, []
     for name in cfg.models:
         need = training_memory(name, state_copies=copies, **shape)
@@ -41,6 +46,8 @@ def estimate(cfg: CompressionConfig) -> Estimate:
             continue
         peak = max(peak, need)
         seconds += steps_per_model * step
+    if calibrated:  # per mode: each rate, the solved one, and putting the link back
+        seconds += len(cfg.modes) * len(cfg.models) * (len(cfg.calibration_rates) + 2) * RESHAPE_TYPICAL_S
     basis = (f"{copies} float32 copies of the largest model's parameters ({series} series incl. the no-op run) + 2x "
              f"its layer outputs for a batch of {cfg.batch_size}: {approx_bytes(peak)} per rank "
              f"{'on the GPU' if gpu else 'in host memory'}, + {approx_bytes(RANK_BYTES)} per rank process + "

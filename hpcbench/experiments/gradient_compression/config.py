@@ -6,10 +6,11 @@ from dataclasses import dataclass
 
 from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.errors import ConfigError
-from hpcbench.core.facts import GUIDE_C8_BUCKET_BYTES
+from hpcbench.core.facts import GUIDE_C7_UTIL, GUIDE_C8_BUCKET_BYTES
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.compression import COMPRESSIONS, DEFAULT_SKIP, Quant2BitConfig
 from hpcbench.parallel.modes import COMPRESSIBLE_MODES, MODES
+from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
 
 #: The guide's "4 MB buckets" in DDP's bucket_cap_mb unit (MiB).
 GUIDE_BUCKET_MB = GUIDE_C8_BUCKET_BYTES / (1 << 20)
@@ -23,6 +24,11 @@ NO_FEEDBACK = "quant2bit_noef"
 #: PyTorch refuses error feedback before the rebuild; warm-up covers the plain steps before it.
 POWERSGD_START_ITER = 2
 COMPRESSION_NAMES = tuple(COMPRESSIONS.names())
+#: C8's speed level is judged in the case's regime: C8 is one of the optimisations of the tuning case,
+#: whose original ran at 61 % GPU utilisation (C7); here the float32 all-reduce ``none`` is the original.
+GUIDE_REGIME = GuideRegime(claim="C8", target_busy=GUIDE_C7_UTIL[0], baseline=BASELINE,
+                           arithmetic=f"C8 is one of the case's optimisations; the case's original ran at "
+                                      f"{GUIDE_C7_UTIL[0]:.0%} GPU utilisation (C7)")
 
 
 @dataclass
@@ -69,6 +75,18 @@ class CompressionConfig(DistributedConfig):
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)
     nodes: int = param(2, "nodes; on one machine more than 1 is an emulated split of the local ranks (C8 needs a "
                           "real inter-node link: the emulated cluster or SLURM)", min=1, max=4096)
+    regime: str = param("guide", "guide: before each (model, mode)'s timed steps, measure the none series' busy "
+                                 "share at each of calibration_rates (on copies of none and its no-op twin, so the "
+                                 "timed series train on the same samples), fit busy = c / (c + a + B / rate) "
+                                 "(hpcbench.scale.regime) and shape every node link to the rate at which none is "
+                                 "61 % busy, the case's regime (emulated cluster only; put back afterwards); C8's "
+                                 "speed level counts only where none reached it. fixed: time on the link as it is",
+                        choices=REGIMES)
+    calibration_rates: list[str] = param(["1gbit", "100mbit"], "link rates (tc syntax) at which the calibration "
+                                         "measures none's busy share; 2-3 rates bracketing the regime",
+                                         allowed="2-3 distinct tc rates within 10mbit..10gbit")
+    calibration_steps: int = param(3, "timed steps of none and its no-op twin per calibration rate (after 1 "
+                                      "untimed), and at the solved rate once more", min=2, max=100)
 
     def validate(self) -> None:
         if not self.models or len(set(self.models)) != len(self.models):
@@ -94,6 +112,10 @@ class CompressionConfig(DistributedConfig):
                 raise self._error("modes", f"{mode!r} {problem}")
         if not self.skip or not all(isinstance(s, str) and s.strip() for s in self.skip):
             raise self._error("skip", f"{self.skip!r}: allowed: a non-empty list of non-empty name fragments")
+        if self.regime == "guide":
+            problem = calibration_rates_problem(self.calibration_rates)
+            if problem:
+                raise self._error("calibration_rates", problem)
         try:  # the library's own checks, before any process starts
             Quant2BitConfig(**self.quant2bit_options(True))
         except ConfigError as exc:

@@ -34,14 +34,15 @@ the values. Fewer than 5 launches x 10 steps: inconclusive (n = ...).
 **The regime of level 2, stated before any launch was run.** What 2-bit codes save in time depends
 on the share of the step spent communicating: C8 is "one of the case's communication
 optimisations", so its effect is judged in the case's regime, where the case's original (the
-float32 ``none`` series here) was 61 % busy (:data:`C8_REGIME`, the same as C7's). Per model and
+float32 ``none`` series here) was 61 % busy (``config.GUIDE_REGIME``, the same as C7's). Per model and
 mode, ``none``'s busy share is its no-op twin's median step over its own (``noop_step_p50_ms`` /
 ``step_p50_ms`` of the launch's summary), the median over the group's launches; level 2 is judged
 only where that lies within +-5 points of 61 %, else it is "inconclusive: regime X vs the guide's
 Y" — never "not reproduced" (on CPU ranks at a fast link ``none`` is ~85 % busy: the codec's cost
-then outweighs bytes that hardly cost anything, which says nothing of the guide's case). This
-experiment does not calibrate its link itself; a launch reaches the regime where its link was
-shaped to it (e.g. at the rate ``weather_case`` solved for the same model). Level 1 counts bytes,
+then outweighs bytes that hardly cost anything, which says nothing of the guide's case). With
+``regime: guide`` (the default) the worker calibrates the link before each (model, mode)'s timed
+steps so that ``none`` lands there (:mod:`hpcbench.scale.regime`); with ``fixed`` a launch reaches
+it only where its link happens to be shaped to it. Level 1 counts bytes,
 which no regime changes: it is judged wherever the setting and the link apply.
 
 Reproduced only if both levels are, for every model and mode; not reproduced if either is not;
@@ -60,15 +61,15 @@ from typing import Callable
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C7_UTIL, GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES
-from hpcbench.experiments.gradient_compression.config import BASELINE, TECHNIQUE
+from hpcbench.core.facts import GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES
+from hpcbench.experiments.gradient_compression.config import BASELINE, GUIDE_REGIME, TECHNIQUE
 from hpcbench.experiments.gradient_compression.summary import LOSS_TOLERANCE
 from hpcbench.guide.claims import Claim
 from hpcbench.parallel.compression import is_skipped
 from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, launch_params
 from hpcbench.report.rulekit import Comparison, Level, judge_comparisons, judge_levels, slow_link_problem
 from hpcbench.report.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Reference
-from hpcbench.scale.regime import MATCHED, MISSED, GuideRegime, regime_reason
+from hpcbench.scale.regime import MATCHED, MISSED, regime_reason
 
 #: Level 1: float32 bytes over sent bytes of the compressed part; the guide's 32 / 2 bits ...
 C8_REDUCTION = 32 / GUIDE_C8_BITS
@@ -78,10 +79,6 @@ C8_MIN_REDUCTION = 12.0
 C8_MIN_GAIN = 1.05
 #: Parameters that do not split launches into groups (the rule pairs series inside a launch).
 IGNORED_PARAMS = ("models", "modes", "compressions", "no_feedback_ablation")
-#: Level 2's regime: the case's original (C7) 61 % busy; here the float32 all-reduce ``none`` is the original.
-C8_REGIME = GuideRegime(claim="C8", target_busy=GUIDE_C7_UTIL[0], baseline=BASELINE,
-                        arithmetic=f"C8 is one of the case's optimisations; the case's original ran at "
-                                   f"{GUIDE_C7_UTIL[0]:.0%} GPU utilisation (C7)")
 
 
 def baseline_busy(summaries: pd.DataFrame) -> dict[tuple[str, str, str, str], float]:
@@ -207,7 +204,7 @@ def rule_c8(claim: Claim, evidence: Evidence) -> Judgement:
         def regime_problem(model: str, mode: str) -> str | None:
             shares = sorted(busy[(r, t, model, mode)] for r, t in group if (r, t, model, mode) in busy)
             median = shares[len(shares) // 2] if shares else None
-            return regime_reason(MATCHED if C8_REGIME.matches(median) else MISSED, shares, C8_REGIME)
+            return regime_reason(MATCHED if GUIDE_REGIME.matches(median) else MISSED, shares, GUIDE_REGIME)
 
         return c8_comparisons(pairs, regime_problem)
 
@@ -215,8 +212,8 @@ def rule_c8(claim: Claim, evidence: Evidence) -> Judgement:
                                what=f"Level 2 (effect): median total samples/s of {TECHNIQUE} over {BASELINE}, "
                                     f"paired per launch; reference >= {C8_MIN_GAIN:g}x (our bound: the guide gives "
                                     f"no figure for C8 alone); judged only where {BASELINE} is "
-                                    f"{C8_REGIME.target_busy:.0%} +-{C8_REGIME.tolerance * 100:.0f} points busy, the "
-                                    f"case's regime ({C8_REGIME.arithmetic}).")
+                                    f"{GUIDE_REGIME.target_busy:.0%} +-{GUIDE_REGIME.tolerance * 100:.0f} points busy, the "
+                                    f"case's regime ({GUIDE_REGIME.arithmetic}).")
     what = (f"C8 needs both levels, for every model and mode, in the guide's setting ({GUIDE_C8_BITS}-bit codes, "
             f"{GUIDE_C8_BUCKET_BYTES >> 20} MiB buckets, layer_norm uncompressed) and where the inter-node link is "
             f"slower than the intra-node one (the emulated cluster's shaped link or real nodes); series whose "

@@ -29,6 +29,7 @@ compression hook's own work inside backward (quantising, its collectives) counts
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import time
@@ -40,7 +41,9 @@ from hpcbench.core.results import RecordWriter
 from hpcbench.diag.records import record_same_start, record_tf32
 from hpcbench.diag.step_breakdown import StepTimer, write_breakdown
 from hpcbench.dist.topology import Topology
-from hpcbench.experiments.gradient_compression.config import BASELINE, NO_FEEDBACK, TECHNIQUE, CompressionConfig
+from hpcbench.cluster.link_phase import SteeredLink
+from hpcbench.experiments.gradient_compression.config import (BASELINE, GUIDE_REGIME, NO_FEEDBACK, TECHNIQUE,
+                                                              CompressionConfig)
 from hpcbench.models import MODELS, ModelSpec
 from hpcbench.parallel.compression import (COMPRESSIONS, allreduce_bytes_sent, apply_compression, decode_message,
                                            encode_message, is_skipped, quantize_with_feedback)
@@ -244,6 +247,63 @@ def _build(cfg: CompressionConfig, name: str, base: Any, mode: str, topo: Topolo
     return Series(name, model, opt, state)
 
 
+def calibrate_mode(cfg: CompressionConfig, base: Any, spec: ModelSpec, mode: str, topo: Topology, device: Any,
+                   hier: HierarchicalState | None, batches: list, steer: SteeredLink, *, lead: bool,
+                   sync: Callable[[], None]) -> Any:
+    """Shape the link to the rate at which ``none`` is as busy as the case's original (collective).
+
+    ``none`` and its no-op twin are built afresh from ``base`` for the calibration and thrown
+    away after it, so that the timed series still start from the same weights and train on the
+    same samples (the loss check compares them). Both are timed, interleaved, for
+    ``calibration_steps`` steps (after one untimed) at each of ``calibration_rates``, the slowest
+    rank's times counting; :func:`hpcbench.scale.regime.calibrate_on_ranks` fits, solves and
+    leaves the links at the solved rate.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from hpcbench.cluster.network import parse_rate
+    from hpcbench.dist.worker import progress
+    from hpcbench.scale.regime import busy_share, calibrate_on_ranks
+
+    quiet = parallelize(copy.deepcopy(base), mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device, state=hier,
+                        comm="noop")
+    pair = [_build(cfg, BASELINE, base, mode, topo, device, hier),
+            Series("noop", quiet, torch.optim.SGD(quiet.parameters(), lr=cfg.lr, momentum=cfg.momentum))]
+    for s in pair:
+        s.timer = StepTimer(device, annotate=False)
+    drawn = iter(range(1 << 30))
+
+    def measure() -> float:
+        times: dict[str, list[float]] = {s.name: [] for s in pair}
+        for i in range(1 + cfg.calibration_steps):
+            batch = batches[next(drawn) % len(batches)]
+            for s in pair:
+                dist.barrier()
+                t = _timed_step(s, spec, batch, sync)
+                if i:  # the first step at a new rate is untimed
+                    times[s.name].append(t)
+        slowest = torch.tensor(times[BASELINE] + times["noop"], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        n = cfg.calibration_steps
+        busy = busy_share(slowest[:n].tolist(), slowest[n:].tolist())
+        progress(f"calibration: {BASELINE} {busy:.0%} busy at {steer.current}")
+        return busy
+
+    found = calibrate_on_ranks(steer, measure, [parse_rate(r) for r in cfg.calibration_rates],
+                               GUIDE_REGIME.target_busy, lead=lead, device=device)
+    progress(found.describe())
+    return found
+
+
+def write_calibration(writer: RecordWriter, calibration: Any, labels: dict) -> None:
+    """The calibration's measured points and its sentence, labelled with the (model, mode) it was for."""
+    for p in calibration.points:
+        writer.add("regime_calibration_busy", p.busy, "fraction", labels={**labels, "link_rate_bps": p.link_rate_bps},
+                   text=f"{BASELINE}'s busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
+    writer.add("regime_calibration", None, "", labels=labels, text=calibration.describe())
+
+
 def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> None:
     """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
     import torch
@@ -261,94 +321,103 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
     hier = HierarchicalState.from_topology(topo) if "hierarchical" in cfg.modes else None
     skip = tuple(cfg.skip)
 
-    for model_name in cfg.models:
-        spec = MODELS.get(model_name)
-        torch.manual_seed(cfg.seed)
-        base = spec.build().to(device)
-        # Before DDP (which would broadcast rank 0's weights and hide a rank seeded differently).
-        record_same_start(writer, base, lead=lead, labels={"model": model_name})
-        shape = dict(image_size=cfg.image_size, seq_len=cfg.seq_len)
-        batches = [spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed * 100003 + topo.rank * 1009 + k,
-                                        **shape) for k in range(TRAIN_BATCHES)]
-        held_out = spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed + HELD_OUT_SEED, **shape)
-        check_batch = spec.synthetic_batch(cfg.batch_size, device=device,
-                                           seed=cfg.seed + CHECK_SEED + topo.rank, **shape)
-        items = cfg.batch_size * spec.items_per_sample(seq_len=cfg.seq_len)
-        samples_trained = (cfg.warmup_steps + cfg.steps) * cfg.batch_size * world
-        if lead:
-            skipped = []
-            for mod_name, mod in base.named_modules():
-                for p_name, _ in mod.named_parameters(recurse=False):
-                    full = f"{mod_name}.{p_name}" if mod_name else p_name
-                    if is_skipped(full, skip, type(mod).__name__):
-                        skipped.append(full)
-            writer.add("skipped_params", len(skipped), "", labels={"model": model_name},
-                       text=", ".join(skipped) or "none: the skip list matches no parameter of the model")
-        for mode in cfg.modes:
-            base_labels = {"model": model_name, "mode": mode, "device": device.type, "emulated": topo.emulated,
-                           "nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node}
-            log = BucketLog()
-            quiet = parallelize(copy.deepcopy(base), mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device,
-                                state=hier, comm="noop", bucket_log=log)
-            noop = Series("noop", quiet, torch.optim.SGD(quiet.parameters(), lr=cfg.lr, momentum=cfg.momentum),
-                          bucket_log=log)
-            runs = [noop]
-            for name in cfg.series():
-                try:
-                    runs.append(_build(cfg, name, base, mode, topo, device, hier))
-                except ConfigError as exc:
-                    if exc.field != "hierarchical":
-                        raise
-                    if lead:  # fp16 / bf16 / powersgd have no two-level composition: said, never a number
-                        labels = {**base_labels, "compression": name}
-                        for metric, unit in (("throughput", spec.throughput_unit), ("step_time", "s"),
-                                             ("wire_bytes", "B"), ("final_loss", "")):
-                            writer.add(metric, None, unit, labels=labels, text=f"not applicable: {exc}")
-                    progress(f"{model_name} / {mode} / {name}: not applicable")
-            for s in runs:
-                s.timer = StepTimer(device, annotate=False)
-
-            for i in range(cfg.warmup_steps + cfg.steps):
-                batch = batches[i % len(batches)]
-                for s in runs:  # interleaved: every series sees the same machine state
-                    dist.barrier()
-                    before = _snapshot(s)
-                    t = _timed_step(s, spec, batch, sync)
-                    if i >= cfg.warmup_steps:
-                        s.times.append(t)
-                        after = _snapshot(s)
-                        s.bytes.append({k: after[k] - before[k] for k in after})
-            # A step lasts as long as its slowest rank: one reduction after the loop.
-            flat = torch.tensor([t for s in runs for t in s.times], dtype=torch.float64, device=device)
-            dist.all_reduce(flat, op=dist.ReduceOp.MAX)
-            flat = flat.cpu()
-            slow = {s.name: flat[j * cfg.steps:(j + 1) * cfg.steps].tolist() for j, s in enumerate(runs)}
-            layout = log.layout()
-            # This rank's own phases of the timed steps (a faster rank waits longer for the others).
-            for s in runs:
-                write_breakdown(writer, s.timer.steps[cfg.warmup_steps:], {**base_labels, "compression": s.name},
-                                not_measured={"data_wait": NO_DATA_WAIT})
-
-            checks = {}
-            for s in runs[1:]:
-                diff = params_max_diff(s.model.module)
-                with torch.no_grad():
-                    loss = float(spec.loss(s.model.module(held_out[0]), held_out[1]))
-                rel, skip_exact = gradient_check(s, spec, check_batch, hier=hier if mode == "hierarchical" else None,
-                                                 skip=skip)
-                codec = None
-                if s.name in (TECHNIQUE, NO_FEEDBACK) and s.bytes:
-                    # the elements this rank's exchanges took per step (two-level: its shard, among the nodes)
-                    per_step = statistics.median(b["compressed_elements"] for b in s.bytes)
-                    group = topo.nodes if mode == "hierarchical" else world
-                    codec = codec_seconds(int(per_step), group, cfg.chunk_size, device=device, sync=sync)
-                checks[s.name] = (diff, loss, rel, skip_exact, codec)
-            progress(f"{model_name} / {mode}: " + ", ".join(
-                f"{s.name} {sorted(slow[s.name])[len(slow[s.name]) // 2] * 1e3:.1f} ms" for s in runs))
+    steer = SteeredLink() if cfg.regime == "guide" else None
+    with steer if steer is not None else contextlib.nullcontext():
+        for model_name in cfg.models:
+            spec = MODELS.get(model_name)
+            torch.manual_seed(cfg.seed)
+            base = spec.build().to(device)
+            # Before DDP (which would broadcast rank 0's weights and hide a rank seeded differently).
+            record_same_start(writer, base, lead=lead, labels={"model": model_name})
+            shape = dict(image_size=cfg.image_size, seq_len=cfg.seq_len)
+            batches = [spec.synthetic_batch(cfg.batch_size, device=device,
+                                            seed=cfg.seed * 100003 + topo.rank * 1009 + k, **shape)
+                       for k in range(TRAIN_BATCHES)]
+            held_out = spec.synthetic_batch(cfg.batch_size, device=device, seed=cfg.seed + HELD_OUT_SEED, **shape)
+            check_batch = spec.synthetic_batch(cfg.batch_size, device=device,
+                                               seed=cfg.seed + CHECK_SEED + topo.rank, **shape)
+            items = cfg.batch_size * spec.items_per_sample(seq_len=cfg.seq_len)
+            samples_trained = (cfg.warmup_steps + cfg.steps) * cfg.batch_size * world
             if lead:
-                _write(writer, cfg, spec, topo, base_labels, runs, slow, checks, layout, items, samples_trained)
-            del runs, noop, quiet
-        del base
+                skipped = []
+                for mod_name, mod in base.named_modules():
+                    for p_name, _ in mod.named_parameters(recurse=False):
+                        full = f"{mod_name}.{p_name}" if mod_name else p_name
+                        if is_skipped(full, skip, type(mod).__name__):
+                            skipped.append(full)
+                writer.add("skipped_params", len(skipped), "", labels={"model": model_name},
+                           text=", ".join(skipped) or "none: the skip list matches no parameter of the model")
+            for mode in cfg.modes:
+                base_labels = {"model": model_name, "mode": mode, "device": device.type, "emulated": topo.emulated,
+                               "nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node}
+                log = BucketLog()
+                quiet = parallelize(copy.deepcopy(base), mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device,
+                                    state=hier, comm="noop", bucket_log=log)
+                noop = Series("noop", quiet, torch.optim.SGD(quiet.parameters(), lr=cfg.lr, momentum=cfg.momentum),
+                              bucket_log=log)
+                runs = [noop]
+                for name in cfg.series():
+                    try:
+                        runs.append(_build(cfg, name, base, mode, topo, device, hier))
+                    except ConfigError as exc:
+                        if exc.field != "hierarchical":
+                            raise
+                        if lead:  # fp16 / bf16 / powersgd have no two-level composition: said, never a number
+                            labels = {**base_labels, "compression": name}
+                            for metric, unit in (("throughput", spec.throughput_unit), ("step_time", "s"),
+                                                 ("wire_bytes", "B"), ("final_loss", "")):
+                                writer.add(metric, None, unit, labels=labels, text=f"not applicable: {exc}")
+                        progress(f"{model_name} / {mode} / {name}: not applicable")
+                if steer is not None:
+                    calibration = calibrate_mode(cfg, base, spec, mode, topo, device, hier, batches, steer,
+                                                 lead=lead, sync=sync)
+                    if lead:
+                        write_calibration(writer, calibration, base_labels)
+                for s in runs:
+                    s.timer = StepTimer(device, annotate=False)
+
+                for i in range(cfg.warmup_steps + cfg.steps):
+                    batch = batches[i % len(batches)]
+                    for s in runs:  # interleaved: every series sees the same machine state
+                        dist.barrier()
+                        before = _snapshot(s)
+                        t = _timed_step(s, spec, batch, sync)
+                        if i >= cfg.warmup_steps:
+                            s.times.append(t)
+                            after = _snapshot(s)
+                            s.bytes.append({k: after[k] - before[k] for k in after})
+                # A step lasts as long as its slowest rank: one reduction after the loop.
+                flat = torch.tensor([t for s in runs for t in s.times], dtype=torch.float64, device=device)
+                dist.all_reduce(flat, op=dist.ReduceOp.MAX)
+                flat = flat.cpu()
+                slow = {s.name: flat[j * cfg.steps:(j + 1) * cfg.steps].tolist() for j, s in enumerate(runs)}
+                layout = log.layout()
+                # This rank's own phases of the timed steps (a faster rank waits longer for the others).
+                for s in runs:
+                    write_breakdown(writer, s.timer.steps[cfg.warmup_steps:], {**base_labels, "compression": s.name},
+                                    not_measured={"data_wait": NO_DATA_WAIT})
+
+                checks = {}
+                for s in runs[1:]:
+                    diff = params_max_diff(s.model.module)
+                    with torch.no_grad():
+                        loss = float(spec.loss(s.model.module(held_out[0]), held_out[1]))
+                    rel, skip_exact = gradient_check(s, spec, check_batch,
+                                                     hier=hier if mode == "hierarchical" else None, skip=skip)
+                    codec = None
+                    if s.name in (TECHNIQUE, NO_FEEDBACK) and s.bytes:
+                        # the elements this rank's exchanges took per step (two-level: its shard, among the nodes)
+                        per_step = statistics.median(b["compressed_elements"] for b in s.bytes)
+                        group = topo.nodes if mode == "hierarchical" else world
+                        codec = codec_seconds(int(per_step), group, cfg.chunk_size, device=device, sync=sync)
+                    checks[s.name] = (diff, loss, rel, skip_exact, codec)
+                progress(f"{model_name} / {mode}: " + ", ".join(
+                    f"{s.name} {sorted(slow[s.name])[len(slow[s.name]) // 2] * 1e3:.1f} ms" for s in runs))
+                if lead:
+                    _write(writer, cfg, spec, topo, base_labels, runs, slow, checks, layout, items, samples_trained)
+                del runs, noop, quiet
+            del base
+        dist.barrier()  # every rank done with its timed steps before rank 0 puts the links back
 
 
 def _write(writer: RecordWriter, cfg: CompressionConfig, spec: ModelSpec, topo: Topology, base_labels: dict,

@@ -1,5 +1,6 @@
 """Experiment ``weather_case``: the guide's tuning case as an ablation — original, communication-tuned, full (C7)."""
 
+from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import BREAKDOWN_STEPS, TRACE_STEPS
 from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
@@ -15,8 +16,6 @@ from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, tra
 
 #: Rough speed of writing the generated HDF5 set (numpy rendering + h5py), bytes per second.
 _GENERATE_BYTES_S = 50e6
-#: One reshape of every node link (a Python start in the host's namespace, two tc commands per link end).
-_RESHAPE_S = 1.5
 
 
 def estimate(cfg: WeatherCaseConfig) -> Estimate:
@@ -52,7 +51,7 @@ def estimate(cfg: WeatherCaseConfig) -> Estimate:
     if cfg.regime == "guide":  # original + its twin at each rate, each rate's reshape, the final one and the restore
         rates = len(cfg.calibration_rates) + 1  # + the refinement at the solved rate
         micro_steps += rates * 2 * (1 + cfg.calibration_steps)
-        calibration_s = (rates + 2) * _RESHAPE_S
+        calibration_s = (rates + 2) * RESHAPE_TYPICAL_S
     generated = ranks * data_bytes / 2 if cfg.data_source == "hdf5" and not cfg.data else 0
     seconds = TASK_STARTUP_S + micro_steps * micro + generated / _GENERATE_BYTES_S + calibration_s
     peak = model_bytes + (0 if gpu else data_bytes)

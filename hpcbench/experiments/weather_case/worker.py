@@ -291,8 +291,11 @@ def calibrate_regime(cfg: WeatherCaseConfig, fns: dict[str, Any], steer: Steered
 
 
 def write_regime(writer: RecordWriter, calibration: Calibration, steer: SteeredLink,
-                 times: dict[str, list[float]]) -> None:
-    """The calibration's points and the regime facts the C7 rule reads (``fact.regime.*``)."""
+                 times: dict[str, list[float]], judged_at: str | None) -> None:
+    """The calibration's points and the regime facts the C7 rule reads (``fact.regime.*``).
+
+    ``judged_at``: the link rate the judged steps ran at, read before the link was put back.
+    """
     from hpcbench.cluster.network import parse_rate
 
     for p in calibration.points:
@@ -300,7 +303,7 @@ def write_regime(writer: RecordWriter, calibration: Calibration, steer: SteeredL
                    text=f"{BASELINE}'s busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
     reached = busy_share(times[BASELINE], times[f"{BASELINE}/noop"])
     shaped = steer.can_shape and calibration.fit is not None
-    rate = parse_rate(steer.current) if shaped and steer.current else None
+    rate = parse_rate(judged_at) if shaped and judged_at else None
     writer.add("regime_calibration", None, "", text=calibration.describe()
                + f"; judged steps: {BASELINE} {reached:.0%} busy (the guide's {GUIDE_REGIME.target_busy:.0%})")
     write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, rate))
@@ -397,9 +400,10 @@ def run_worker(cfg: WeatherCaseConfig, topo: Topology, writer: RecordWriter) -> 
         progress(f"timing {len(runs)} stage(s) and their no-op twins, interleaved: {cfg.warmup_steps} + {cfg.steps} "
                  f"steps")
         times = interleaved_step_times(fns, device=device, steps=cfg.steps, warmup=cfg.warmup_steps, sync=rank.sync)
+        judged_at = steer.current if steer is not None else None  # before leaving the block puts the link back
         dist.barrier()  # every rank done with the judged steps before rank 0 puts the links back
     if steer is not None and lead:
-        write_regime(writer, calibration, steer, times)
+        write_regime(writer, calibration, steer, times, judged_at)
     syncs = cfg.warmup_steps + cfg.steps  # every stage synchronises once per optimizer step
 
     for name, entry in timed.items():
