@@ -271,6 +271,16 @@ def test_measured_overlap_windows_lower_the_step_by_the_hidden_communication():
     assert hidden.step_s == pytest.approx(exposed.step_s - 0.004)
     assert hidden.hidden_share == pytest.approx(0.004 / exposed.comm_s["total"])
     assert hidden.inputs["overlap_windows_s"] == [0.004, 0.0]
+    # the hidden share is read against the bucket timeline the windows overlap (each bucket paying its own
+    # per-call latency), so it lies in [0, 1] whatever the windows: nothing hidden is 0, never negative
+    small = [4_096] * 16
+    for mode in ("ddp", "quant2bit", "hierarchical"):
+        for windows in ([0.0] * 16, [0.001 * i for i in range(16, 0, -1)]):
+            p = predict_step(sum(small), platform=plat, nodes=2, compute_s=0.05, bucket_elems=small, mode=mode,
+                             overlap_windows_s=windows)
+            assert p.exposed_comm_s <= p.timeline_comm_s + 1e-12 and 0.0 <= p.hidden_share <= 1.0
+            if not any(windows):
+                assert p.hidden_share == pytest.approx(0.0, abs=1e-12)
     # a window longer than the whole communication leaves only the last bucket's
     last = predict_step(elems[1], platform=plat, nodes=2, compute_s=1.0).comm_s["total"]
     assert predict_step(sum(elems), overlap_windows_s=[10.0, 0.0], **kw).exposed_comm_s == pytest.approx(last)

@@ -144,11 +144,18 @@ class Prediction:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     hook_cpu_s: float = 0.0
     """the comm hook's own local work in the whole step, on the critical path (``step = compute + this + exposed``)"""
+    timeline_comm_s: float | None = None
+    """with overlap windows: the bucket timeline's communication (its buckets' durations summed over the
+    step's synchronisations), of which ``exposed_comm_s`` is the part left after compute; each bucket pays
+    its stages' per-call latency, so it can exceed ``comm_s["total"]``"""
 
     @property
     def hidden_share(self) -> float:
-        """Share of the communication hidden behind compute (1 - exposed / total; 0 without communication)."""
-        total = self.comm_s.get("total", 0.0)
+        """Share of the communication hidden behind compute (1 - exposed / total; 0 without communication).
+
+        With overlap windows the total is the timeline's own (:attr:`timeline_comm_s`), so the share
+        always lies in [0, 1]."""
+        total = self.timeline_comm_s if self.timeline_comm_s is not None else self.comm_s.get("total", 0.0)
         return 1.0 - self.exposed_comm_s / total if total > 0 else 0.0
 
 
@@ -329,9 +336,11 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
     syncs = syncs_per_step(micro_steps, model.no_sync)
     comm = {k: v * syncs for k, v in one_sync.items()}
     step_compute = micro_steps * compute_s
+    timeline = None
     if overlap_windows_s is not None:
         durations = [sum(stage_time(stage, plat)["total"] for stage in model.stages(int(b), ctx)) for b in sizes]
         exposed = syncs * exposed_after_compute([float(w) for w in overlap_windows_s], durations)
+        timeline = syncs * sum(durations)
     else:
         exposed = comm["total"] * (1.0 - overlap_share)
     step = step_compute + micro_steps * hook_cpu_s + exposed
@@ -347,7 +356,7 @@ def predict_step(model_params: float, *, platform: str | Platform, nodes: int, m
               "hook_cpu_s": hook_cpu_s}
     return Prediction(step_s=step, compute_s=step_compute, comm_s=comm, exposed_comm_s=exposed,
                       comm_share=exposed / step, busy_share=step_compute / step, inputs=inputs,
-                      hook_cpu_s=micro_steps * hook_cpu_s)
+                      hook_cpu_s=micro_steps * hook_cpu_s, timeline_comm_s=timeline)
 
 
 def training_flops(params: float, tokens: float) -> float:
