@@ -21,7 +21,7 @@ systems", SC15, rules 5-9; ReFrame's ``reference = (value, lower, upper)``):
   *inconclusive* when it straddles a bound or when there are fewer than
   :data:`MIN_LAUNCHES` launches of :data:`MIN_STEPS` steps ("inconclusive (n = ...)").
 * Several comparisons behind one claim (C5: hdf5 vs files and tfrecord vs files) are
-  corrected with Holm's step-down method on one-sided bootstrap p-values, so that the
+  corrected with Holm's step-down method on one-sided t-test p-values, so that the
   family, not each member, keeps the 5 % error rate. The p-values are the same t test's,
   so a member's interval and its p-values can never disagree.
 * An interval speaks for the session that measured it: launches of one session share the

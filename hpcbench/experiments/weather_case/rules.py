@@ -8,7 +8,7 @@ GPU utilisation) -> after communication tuning 310 ms (75 %) -> full optimisatio
 
 **The comparisons** (paired per launch: every stage runs in the same launch on the same model,
 data and ranks, interleaved step by step; the value is the geometric mean over launches of
-median(original) / median(stage) of the time per micro-step, with its 95 % two-level bootstrap
+median(original) / median(stage) of the time per micro-step, with its 95 % Student-t
 interval, the two levels Holm-corrected):
 
 * level 1 — ``original / comm_tuned`` against the guide's 420 / 310 = 1.35x;
