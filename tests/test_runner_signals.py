@@ -64,9 +64,17 @@ def wait_for(predicate, timeout_s: float, what: str):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
+def _cmdline(p: psutil.Process) -> str:
+    """A process's command line; "" once it has ended (a zombie or gone between listing and reading)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def ranks_running(marker: str) -> bool:
-    return sum("hpcbench.dist.worker" in " ".join(p.cmdline()) and "torch.distributed.run" not in " ".join(p.cmdline())
-               for p in marked_processes(marker)) >= 2
+    return sum("hpcbench.dist.worker" in cmd and "torch.distributed.run" not in cmd
+               for cmd in map(_cmdline, marked_processes(marker))) >= 2
 
 
 def start_cli(args: list[str], tmp_path: Path, marker: str) -> subprocess.Popen:
