@@ -10,7 +10,8 @@ flipped every pair so drift in the machine's speed falls on both sides. Starting
 stopping the process per block would measure its start-up instead of its steady cost.
 
 Printed per pair: the median step time on and off and their ratio; then the median
-overhead over pairs (target <= 1 %, issue 10 section 2), and the sampler's own CPU time
+overhead over pairs (target <= 1 %: a monitor that costs more than that distorts the step
+times it watches), and the sampler's own CPU time
 per wall second (from /proc/<pid>/stat), a steadier view of the same cost. A perf child
 of the sampler (cache hit rate, where the PMU is available) is not frozen in the "off"
 blocks, so its share is on both sides and not in the ratio. No assertion on timing:
@@ -34,7 +35,7 @@ import torch
 from hpcbench.core.results import read_records
 from hpcbench.monitor import Sampler
 
-OVERHEAD_TARGET = 0.01   # issue 10, section 2: "sampler overhead <= 1 % of step time at 1 Hz"
+OVERHEAD_TARGET = 0.01   # <= 1 % of step time at 1 Hz: beyond that the monitor distorts the steps it watches
 
 
 def build_step(hidden: int, batch: int, layers: int):
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=6, help="on/off block pairs; the median over pairs is reported")
     ap.add_argument("--block-s", type=float, default=5.0, help="seconds per block (several sampler ticks)")
-    ap.add_argument("--interval", type=float, default=1.0, help="sampler interval (1 Hz is the issue's rate)")
+    ap.add_argument("--interval", type=float, default=1.0, help="sampler interval (1 Hz: the monitor's default rate)")
     ap.add_argument("--hidden", type=int, default=512, help="MLP width (sets the step time)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=64)

@@ -1,4 +1,4 @@
-"""The scale model (issue 12, sec. 1): alpha-beta links, algorithms' byte counts, platforms, predictions.
+"""The scale model: alpha-beta links, algorithms' byte counts, platforms, predictions.
 
 Pure library, no torch.distributed: :mod:`~hpcbench.scale.alpha_beta` fits links from
 ``collectives`` records, :mod:`~hpcbench.scale.algorithms` counts what each reduction sends per

@@ -430,7 +430,7 @@ def _rel(p: float, m: float, where: Any) -> float:
 
 
 def within(errors: Iterable[float] | Mapping[Any, float], tolerance: float = 0.15) -> bool:
-    """Whether every relative error is within ``+-tolerance`` (issue 12: 15 %)."""
+    """Whether every relative error is within ``+-tolerance`` (the validation uses 15 %)."""
     values = errors.values() if isinstance(errors, Mapping) else errors
     values = list(values)
     return bool(values) and all(abs(e) <= tolerance for e in values)

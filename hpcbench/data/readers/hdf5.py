@@ -1,6 +1,6 @@
 """HDF5 shards: sample ``i`` is ``jpeg[offsets[i]:offsets[i+1]]`` (see the HDF5 writer).
 
-Block reads (issue 9): the JPEG bytes of consecutive samples lie end to end in ``jpeg``, so
+Block reads: the JPEG bytes of consecutive samples lie end to end in ``jpeg``, so
 a range of samples is read with one HDF5 call per block of up to :attr:`HDF5Dataset.block_bytes`
 (``jpeg[offsets[k]:offsets[j]]``) and cut into samples in numpy. One HDF5 call per sample
 (the former path, kept for comparison with ``block_bytes = 0``) pays HDF5's selection and

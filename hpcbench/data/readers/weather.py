@@ -6,7 +6,7 @@ chunk per (step, channel), and a manifest whose shard ``samples`` are time steps
 is a forecasting pair: the fields at step ``t`` (input) and at ``t + lead`` (target), both
 inside one shard, so a shard of ``n`` steps holds ``n - lead`` pairs.
 
-Reading (issue 9): one read per *block*, never one per sample. A block is ``block_size``
+Reading: one read per *block*, never one per sample. A block is ``block_size``
 consecutive pairs of one shard, read as the ``block_size + lead`` steps they span, then cut
 into pairs in memory:
 

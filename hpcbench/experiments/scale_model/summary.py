@@ -18,7 +18,7 @@ Per phase (link rate), from that phase's records only:
    without it fall back on the 2-bit coding timed alone, ``codec_ms``). Records without overlap
    windows are predicted with no overlap (an upper bound). The mode's own step times are never an
    input;
-4. the residual ``(predicted - measured median) / measured`` against the issue's 15 %;
+4. the residual ``(predicted - measured median) / measured`` against a 15 % tolerance;
 5. C1's quantity: the inter-node link efficiency (the ``inter_node`` all-reduce fit's per-node
    bandwidth over the shaped rate) and the busy share it gives at the guide's platform
    (:func:`hpcbench.experiments.scale_model.rules.c1_prediction`).
@@ -40,7 +40,7 @@ from hpcbench.experiments.scale_model.config import RUN_MODES, UNSHAPED, ScaleMo
 from hpcbench.experiments.scale_model.rules import C1_MIN_R2, c1_prediction, pct
 
 EXPERIMENT = "scale_model"
-#: The issue's target: every (link rate, mode) predicted within 15 % of the measured median.
+#: The tolerance: every (link rate, mode) predicted within 15 % of the measured median.
 TOLERANCE = 0.15
 #: Bytes per gradient element of the models trained here (float32).
 GRAD_BYTES = 4
