@@ -19,7 +19,8 @@ def test_the_digest_page_is_what_the_catalogue_renders():
 def test_every_claim_and_technique_is_on_the_page_with_its_figures():
     page = render()
     for c in CLAIMS:
-        assert f"### {c.id} ({c.kind}): {c.section}" in page and c.wording in page
+        assert f"### {c.id} ({c.kind}): {c.title}" in page and f"Section {c.section}. {c.wording}" in page
+        assert f"Main figure: {c.headline}." in page
         assert all(f"| {what} | {figure} |" in page for what, figure in c.figures)
     for t in TECHNIQUES:
         assert f"### {t.id}: {t.section}" in page

@@ -56,9 +56,15 @@ class Claim:
     """(what, the guide's figure) pairs, quoted exactly."""
     predicted: str
     """What the guide's figures predict (checked arithmetic), or ``""``."""
+    title: str = ""
+    """The claim in at most six words, for the ledger's one-line summary."""
+    headline: str = ""
+    """The guide's main figure in at most six words (the summary's "guide" column)."""
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, f"{self.id}: kind {self.kind!r} not in {list(KINDS)}"
+        # The summary row has a word budget (30 words): the short forms must stay short.
+        assert len(self.title.split()) <= 6 and len(self.headline.split()) <= 6, f"{self.id}: title/headline too long"
 
     def claimed(self) -> str:
         """The figures as one readable line."""
@@ -164,86 +170,100 @@ CLAIMS: tuple[Claim, ...] = (
           "utilisation below 40 % for a long time.",
           (("model", "10B parameters"), ("GPU utilisation", "< 40 %"),
            ("cause", "AllReduce overhead misestimated")),
-          "GPU utilisation < 40 % means communication and other stalls take > 60 % of each step"),
+          "GPU utilisation < 40 % means communication and other stalls take > 60 % of each step",
+          title="AllReduce misestimate kept GPUs idle", headline="GPU utilisation < 40 %"),
     Claim("C2", FIGURE, S11,
           "A batch larger than 4x the usual cloud batch, with gradient accumulation, raised per-GPU "
           "throughput by 220 %, provided the data pipeline was rebuilt to avoid a PCIe bandwidth "
           "bottleneck.",
           (("batch", "> 4x the usual cloud batch, with gradient accumulation"),
            ("per-GPU throughput", "+220 %"), ("precondition", "data pipeline rebuilt, no PCIe bottleneck")),
-          _c2_predicted()),
+          _c2_predicted(),
+          title="4x batch with accumulation", headline="+220 % per GPU"),
     Claim("C3", FIGURE, S21,
           "Hybrid parallelism (data parallel inside the node, DDP across nodes) beats plain DDP "
           "across nodes by 49.6 % on ResNet-50 and 40.2 % on GPT-2.",
           (("DDP ResNet-50", "12,500 images/s"), ("Hybrid ResNet-50", "18,700 images/s (+49.6 %)"),
            ("DDP GPT-2", "8,200 tokens/s"), ("Hybrid GPT-2", "11,500 tokens/s (+40.2 %)")),
-          f"ResNet-50 {_check_gain(*GUIDE_C3_RESNET)}; GPT-2 {_check_gain(*GUIDE_C3_GPT2)}"),
+          f"ResNet-50 {_check_gain(*GUIDE_C3_RESNET)}; GPT-2 {_check_gain(*GUIDE_C3_GPT2)}",
+          title="Hybrid parallelism beats plain DDP", headline="+49.6 % / +40.2 %"),
     Claim("C4", FIGURE, S22,
           "Reading many small files from Lustre overloads its metadata server; training ImageNet "
           "this way left the GPUs idle 65 % of the time.",
           (("GPU idle time", "65 %"), ("cause", "Lustre metadata-server overload from small files")),
-          "GPU busy <= 35 %; removing the I/O stall could speed training up to 1/0.35 = 2.86x"),
+          "GPU busy <= 35 %; removing the I/O stall could speed training up to 1/0.35 = 2.86x",
+          title="Small files starve the GPUs", headline="65 % GPU idle"),
     Claim("C5", TECHNIQUE, S22,
           "Container formats (TFRecord/HDF5), prefetching with buffer = num_workers x batch_size, "
           "and a node-local NVMe cache (BeeOND) fix the storage bottleneck.",
           (("formats", "TFRecord / HDF5"), ("prefetch buffer", "num_workers x batch_size"),
            ("cache", "node-local NVMe via BeeOND")),
           "a buffer of num_workers x batch_size samples keeps one batch per worker in flight "
-          "(PyTorch DataLoader: prefetch_factor=1 batch per worker)"),
+          "(PyTorch DataLoader: prefetch_factor=1 batch per worker)",
+          title="Formats, prefetch, NVMe cache fix I/O", headline="fixes the storage bottleneck"),
     Claim("C6", TECHNIQUE, S24,
           "GPU utilisation alone hides the real bottleneck; monitor SM efficiency, IB retransmission "
           "rate, storage latency P99 and CPU cache hit rate against alert thresholds.",
           (("GPU SM efficiency (DCGM)", "> 80 %"), ("IB retransmission rate (ibmonitor)", "< 0.1 %"),
            ("storage latency P99 (Lustre monitoring)", "< 50 ms"), ("CPU cache hit rate (perf)", "> 90 %")),
           "a healthy run meets all four thresholds; a run with low SM efficiency but high "
-          "'GPU utilisation' shows why utilisation alone misleads"),
+          "'GPU utilisation' shows why utilisation alone misleads",
+          title="Monitor four metrics, not utilisation", headline="4 alert thresholds"),
     Claim("C7", FIGURE, S3,
           "Topology-aware communication, gradient compression and compute/communication overlap "
           "made a weather-forecast model's training step 3.2x faster.",
           (("original", "420 ms/step, 61 % GPU utilisation"),
            ("after communication tuning", "310 ms/step, 75 %"),
            ("full optimisation", "132 ms/step, 92 %"), ("speed-up", "3.2x")),
-          _c7_predicted()),
+          _c7_predicted(),
+          title="Weather model step 3.2x faster", headline="3.2x (420 -> 132 ms)"),
     Claim("C8", TECHNIQUE, S3,
           "Gradient compression to 2 bits in 4 MB buckets, leaving layer_norm parameters "
           "uncompressed, is one of the case's communication optimisations.",
           (("bits", "2"), ("bucket size", "4 MB"), ("skipped", "layer_norm")),
-          _c8_predicted()),
+          _c8_predicted(),
+          title="2-bit gradient compression", headline="2 bits, 4 MB buckets"),
     Claim("C9", TECHNIQUE, S3,
           "Overlapping computation and communication by accumulating gradients locally under "
           "no_sync() for 4 micro-steps, then synchronising once, is one of the case's optimisations.",
           (("micro-steps under no_sync()", "4"), ("global synchronisations", "1 per 4 micro-steps")),
-          "4x fewer gradient all-reduces per sample (one per 4 micro-steps)"),
+          "4x fewer gradient all-reduces per sample (one per 4 micro-steps)",
+          title="Local accumulation under no_sync()", headline="1 sync per 4 micro-steps"),
     Claim("C10", TECHNIQUE, S4,
           "The recommended NCCL tuning is NCCL_ALGO=Tree, NCCL_NSOCKS_PERTHREAD=4, "
           "NCCL_SOCKET_NTHREADS=8 and NCCL_BUFFSIZE=4194304 (with NCCL 2.18).",
           tuple((k, v) for k, v in GUIDE_C10_NCCL_SETTINGS.items()) + (("NCCL version", "2.18"),),
-          _c10_predicted()),
+          _c10_predicted(),
+          title="Recommended NCCL settings", headline="Tree, 4 sockets x 8 threads"),
     Claim("C11", TECHNIQUE, S6,
           "Save the full training state every hour and a light checkpoint every 10 minutes, "
           "compressed with Zstandard.",
           (("full checkpoint", "every hour"), ("light checkpoint", "every 10 minutes"),
            ("compression", "Zstandard")),
           "at most 10 minutes of work lost per failure; each light checkpoint must write in well "
-          "under 600 s to keep its overhead small"),
+          "under 600 s to keep its overhead small",
+          title="Two-tier checkpoints", headline="<= 10 min of work lost"),
     Claim("C12", FIGURE, S6,
           "Before scaling out, check that the step-time standard deviation is below 5 %, the "
           "communication share below 30 % and the storage read latency P99 below 100 ms; this "
           "avoids 90 % of common problems.",
           (("step-time standard deviation", "< 5 %"), ("communication share", "< 30 %"),
            ("storage read latency P99", "< 100 ms"), ("problems avoided", "90 %")),
-          ""),
+          "",
+          title="Gate before scaling out", headline="sd < 5%, comm < 30%"),
     Claim("C13", TECHNIQUE, S6,
           "Scale progressively: tune on one node with 8 GPUs, then extend to 2-4 nodes, then run "
           "at full scale.",
           (("stage 1", "1 node, 8 GPUs"), ("stage 2", "2-4 nodes"), ("stage 3", "full scale")),
-          ""),
+          "",
+          title="Scale out progressively", headline="1 node -> 2-4 -> all"),
     Claim("C14", TECHNIQUE, S6,
           "Communication optimisation priority: if bandwidth-bound use gradient compression, else "
           "if latency-sensitive use topology optimisation, else overlap computation and communication.",
           (("bandwidth-bound", "gradient compression"), ("latency-sensitive", "topology optimisation"),
            ("otherwise", "compute/communication overlap")),
-          ""),
+          "",
+          title="Communication optimisation priority", headline="compression, topology, then overlap"),
     Claim("C15", TECHNIQUE, S25,
           "Three-level fault tolerance: checkpoints named by host and SLURM job id, a dataset that "
           "repairs a shard and retries, and a job wrapper that reruns srun up to 3 times.",
@@ -251,18 +271,21 @@ CLAIMS: tuple[Claim, ...] = (
            ("dataset", "on IOError/checksum error repair shard idx // 1000, retry"),
            ("job wrapper", "srun --mpi=pmi2 rerun up to 3 times, repair_storage between tries")),
           "with retry starting at 0, the job survives 2 failures (3 runs in all); if runs fail "
-          "independently with probability p, the job fails with p^3"),
+          "independently with probability p, the job fails with p^3",
+          title="Three-level fault tolerance", headline="srun retried up to 3 times"),
     Claim("C16", ANECDOTE, S11,
           "The guide's platform has fat nodes with 8 A100 GPUs each, connected by 200 Gb/s HDR "
           "InfiniBand.",
           (("GPUs per node", "8 x A100"), ("inter-node fabric", "200 Gb/s HDR InfiniBand")),
-          _c16_predicted()),
+          _c16_predicted(),
+          title="The guide's platform", headline="8 x A100, 200 Gb/s HDR"),
     Claim("C17", TECHNIQUE, S21,
           "Build process groups from the GPU topology, use RDMA for AllReduce, and match the "
           "gradient bucket size to the IB MTU.",
           (("gradient bucket size", "matched to the IB MTU"), ("AllReduce transport", "RDMA (IB verbs)"),
            ("process groups", "from the GPU topology")),
-          _c17_predicted()),
+          _c17_predicted(),
+          title="Topology groups, RDMA, MTU buckets", headline="bucket size = IB MTU"),
 )
 
 _CLAIMS_BY_ID = {claim.id: claim for claim in CLAIMS}

@@ -49,7 +49,8 @@ def _technique(t: Technique) -> list[str]:
 
 
 def _claim(c: Claim) -> list[str]:
-    lines = [f"### {c.id} ({c.kind}): {c.section}", "", c.wording, "", "| what | the guide's figure |", "|---|---|"]
+    lines = [f"### {c.id} ({c.kind}): {c.title}", "", f"Section {c.section}. {c.wording}", "",
+             f"Main figure: {c.headline}.", "", "| what | the guide's figure |", "|---|---|"]
     lines += [f"| {what} | {figure} |" for what, figure in c.figures]
     if c.predicted:
         lines += ["", f"The guide's arithmetic: {c.predicted}."]

@@ -99,12 +99,20 @@ class LedgerRow:
     labels: tuple[str, ...] = ()
     model_prediction: str = ""
     """What the predicting experiments' models say at the guide's scale, with their inputs; ``""`` when none."""
+    model_headline: str = ""
+    """The first model's prediction as one number and its main assumption (the summary row); ``""`` when none."""
     guide_arithmetic: str = ""
     """The guide's own arithmetic (:attr:`hpcbench.guide.claims.Claim.predicted`)."""
     kind: str = FIGURE
     """The claim's kind (:data:`hpcbench.guide.claims.KINDS`)."""
+    title: str = ""
+    """The claim in a few words (:attr:`hpcbench.guide.claims.Claim.title`)."""
+    headline: str = ""
+    """The guide's main figure in a few words (:attr:`hpcbench.guide.claims.Claim.headline`)."""
     regime: str = ""
     """For a figure measured in a regime: the guide's regime and the one the launches reached; else ``""``."""
+    regime_brief: str = ""
+    """:attr:`regime` in a few words for the summary row (e.g. ``61 % busy, 4/5 in regime``); else ``""``."""
 
     def __post_init__(self) -> None:
         # An invariant of this module, not a user error: rules must use VERDICTS.
@@ -120,7 +128,9 @@ class LedgerRow:
         n, reference band and outcome, so that teams can track verdicts across runs."""
         return {"claim": self.claim_id, "kind": self.kind, "section": self.section, "claimed": self.claimed,
                 "experiment": self.experiment, "verdict": self.verdict, "verdict_text": self.verdict_text,
-                "regime": self.regime or None, "measured": self.measured,
+                "title": self.title, "headline": self.headline, "regime": self.regime or None,
+                "regime_brief": self.regime_brief or None, "measured": self.measured,
+                "predicted": self.model_headline or None, "prediction": self.predicted,
                 "comparisons": [_outcome_record(label, o) for label, o in
                                 zip(self.labels or [""] * len(self.outcomes), self.outcomes)],
                 "not_counted": sorted({o.why for o in self.outcomes if o.why.startswith(NOT_COUNTED_PREFIXES)}),
@@ -182,13 +192,14 @@ def _outcome_record(label: str, outcome: Outcome) -> dict[str, Any]:
 
 
 def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_prediction: str = "",
-           regime: str = "") -> LedgerRow:
+           regime: str = "", *, model_headline: str = "", regime_brief: str = "") -> LedgerRow:
     """The ledger row of ``claim`` (the claim's own fields are copied, never retyped)."""
     return LedgerRow(claim_id=claim.id, section=claim.section, wording=claim.wording, claimed=claim.claimed(),
                      measured=judgement.measured, predicted=combined_prediction(model_prediction, claim.predicted),
                      verdict=judgement.verdict, detail=judgement.detail, experiment=experiment,
                      outcomes=judgement.outcomes, labels=judgement.labels, model_prediction=model_prediction,
-                     guide_arithmetic=claim.predicted, kind=claim.kind, regime=regime)
+                     model_headline=model_headline, guide_arithmetic=claim.predicted, kind=claim.kind,
+                     title=claim.title, headline=claim.headline, regime=regime, regime_brief=regime_brief)
 
 
 # -- launches, summaries, facts ---------------------------------------------------------
@@ -331,8 +342,8 @@ def paired_samples(summaries: pd.DataFrame, numerator: Mapping[str, Any], denomi
 
 # -- the ledger ----------------------------------------------------------------------------
 
-def _not_measured(claim: Claim, owner: str | None, why: str, model_prediction: str = "") -> LedgerRow:
-    return row_of(claim, Judgement(NOT_MEASURED, NO_VALUE, why), owner, model_prediction)
+def _not_measured(claim: Claim, owner: str | None, why: str, model: tuple[str, str] = ("", "")) -> LedgerRow:
+    return row_of(claim, Judgement(NOT_MEASURED, NO_VALUE, why), owner, model[0], model_headline=model[1])
 
 
 def prediction_owners() -> dict[str, list[str]]:
@@ -372,18 +383,31 @@ def model_prediction(claim: Claim | str, records: pd.DataFrame, *,
     raises gives ``"model: not available (<error>)"``: one broken model never takes the ledger down.
     Several predictions are joined with :data:`PREDICTION_SEPARATOR`.
     """
+    return _model(claim, records, statuses=statuses, summaries=summaries, cache=cache)[0]
+
+
+def _model(claim: Claim | str, records: pd.DataFrame, *, statuses: Mapping[tuple[str, str], str] | None,
+           summaries: Mapping[str, pd.DataFrame] | None, cache: dict[str, Evidence] | None) -> tuple[str, str]:
+    """(:func:`model_prediction`'s text, the first prediction's headline or ``""``).
+
+    A predictor returns text, or an object with ``describe()`` and a ``headline`` (one number and its
+    main assumption, for the summary row).
+    """
     from hpcbench.experiments import EXPERIMENTS
 
     claim = get_claim(claim) if isinstance(claim, str) else claim
-    texts = []
+    texts, headlines = [], []
     for owner in prediction_owners().get(claim.id, []):
         try:
             evidence = _evidence(owner, records, statuses, summaries, cache)
-            text = str(EXPERIMENTS.get(owner).predictions[claim.id](claim, evidence))
+            prediction = EXPERIMENTS.get(owner).predictions[claim.id](claim, evidence)
+            describe = getattr(prediction, "describe", None)
+            text = str(describe() if callable(describe) else prediction)
+            headlines.append(str(getattr(prediction, "headline", "") or ""))
         except Exception as exc:  # noqa: BLE001 - one broken model must not take the ledger down
             text = f"model: not available ({type(exc).__name__}: {exc})"
         texts.append(text)
-    return PREDICTION_SEPARATOR.join(t for t in texts if t)
+    return PREDICTION_SEPARATOR.join(t for t in texts if t), next((h for h in headlines if h), "")
 
 
 def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
@@ -404,7 +428,7 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
     from hpcbench.experiments import EXPERIMENTS, rule_owners
 
     claim = get_claim(claim) if isinstance(claim, str) else claim
-    model = model_prediction(claim, records, statuses=statuses, summaries=summaries, cache=cache)
+    model = _model(claim, records, statuses=statuses, summaries=summaries, cache=cache)
     owners = rule_owners().get(claim.id, [])
     if not owners:
         return _not_measured(claim, None, "No hpcbench experiment rules on this claim yet.", model)
@@ -413,19 +437,20 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
     if not present:
         return _not_measured(claim, owner, f"No records of experiment '{owner}'; running it would measure "
                                            f"this claim.", model)
-    regime = ""
+    regime = brief = ""
     try:
         evidence = _evidence(owner, records, statuses, summaries, cache)
         spec = EXPERIMENTS.get(owner)
         if claim.id in spec.regimes:
-            from hpcbench.scale.regime import regime_summary
+            from hpcbench.scale.regime import regime_brief, regime_summary
 
             regime = regime_summary(spec.regimes[claim.id], evidence.launches)
+            brief = regime_brief(spec.regimes[claim.id], evidence.launches)
         judgement = spec.rules[claim.id](claim, evidence)
     except Exception as exc:  # noqa: BLE001 - one broken rule must not take the ledger down
         judgement = Judgement("inconclusive", NO_VALUE,
                               f"The rule of {owner} failed ({type(exc).__name__}: {exc}), so no verdict.")
-    return row_of(claim, judgement, owner, model, regime)
+    return row_of(claim, judgement, owner, model[0], regime, model_headline=model[1], regime_brief=brief)
 
 
 def evaluate_claims(records: pd.DataFrame, *, statuses: Mapping[tuple[str, str], str] | None = None,

@@ -224,11 +224,25 @@ class GuidePrediction:
     """what went in, readable (``platform`` first)"""
     values: Mapping[str, float]
     """the numbers behind the text, e.g. ``"resnet50.gain@8"``; ``@k`` is at k NICs per node"""
+    headline: str = ""
+    """one number and its main assumption, for the ledger's one-line summary (e.g. ``+4.1 % ResNet-50,
+    8 NICs/node``); the text and the inputs hold the rest"""
 
     def describe(self) -> str:
         """``Model (platform, inputs: ...): text``, the ledger's predicted column."""
         shown = "; ".join(f"{k}: {_fmt(v)}" for k, v in self.inputs.items() if k != "platform")
         return f"Model ({self.inputs.get('platform', '?')}, inputs: {shown}): {self.text}"
+
+
+@dataclass(frozen=True)
+class ModelText:
+    """A prediction already written as text, with its summary ``headline`` (a predictor may return one)."""
+
+    text: str
+    headline: str = ""
+
+    def describe(self) -> str:
+        return self.text
 
 
 def _fmt(value: Any) -> str:
@@ -361,7 +375,8 @@ def predict_c3(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
             f"The guide's DDP rates are {rates} of what its {GUIDE_JOB_TASKS} GPUs compute at the inputs' rates")
     inputs["gradients"] = "fp32, DDP buckets 25 MiB (first 1 MiB); hierarchical: reduce-scatter, peer all-reduce, " \
                           "all-gather"
-    return GuidePrediction("C3", text, inputs, values)
+    return GuidePrediction("C3", text, inputs, values,
+                           headline=f"{_pct(values['resnet50.gain'])} ResNet-50, {_nics(chosen)}/node")
 
 
 # -- C2: a 4x batch by gradient accumulation ------------------------------------------------------------
@@ -403,7 +418,8 @@ def predict_c2(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
     text = (f"per-GPU throughput of a {factor}x batch by accumulation over one micro-step: {'; '.join(parts)}, "
             f"against the guide's +{GUIDE_C2_GAIN * 100:.0f} %. Accumulation only amortises the all-reduce, "
             f"which is {'; '.join(shares)} of a one-micro-step DDP step here")
-    return GuidePrediction("C2", text, inputs, values)
+    return GuidePrediction("C2", text, inputs, values,
+                           headline=f"{_pct(values['resnet50.gain'])} ResNet-50, {_nics(chosen)}/node")
 
 
 # -- C8: 2-bit compression vs the fp32 ring -------------------------------------------------------------
@@ -449,7 +465,9 @@ def predict_c8(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
     text = (f"2-bit over fp32 ring communication time: {'; '.join(ratios)}; step gain: {'; '.join(gains)}. "
             f"The bytes shrink ~16x, but each 4 MiB bucket pays its own latency (a ring all-gather over every "
             f"rank), which dominates where the links are fast")
-    return GuidePrediction("C8", text, inputs, values)
+    first = (workloads or (GPT2_124M,))[0]
+    gain = _range(values[f"{first.name}.gain_low@{chosen}"], values[f"{first.name}.gain_high@{chosen}"], _pct)
+    return GuidePrediction("C8", text, inputs, values, headline=f"{gain} {first.label}, {_nics(chosen)}/node")
 
 
 # -- C7: the weather case ----------------------------------------------------------------------------
@@ -559,7 +577,9 @@ def predict_c7(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
             f"{busy * 1e3:.0f} ms: compute got faster too). r (overlapped layer norms) by gradient size, at "
             f"{', '.join(_nics(n) for n in counts)}: {sensitivity}."
             + (f" The fp32 ring takes the guide's {exposed * 1e3:.0f} ms for {implied} gradients" if implied else ""))
-    return GuidePrediction("C7", text, inputs, values)
+    speed_up = _range(GUIDE_C7_STEP_MS[0] / values[f"full_ms_high@{chosen}"],
+                      GUIDE_C7_STEP_MS[0] / values[f"full_ms_low@{chosen}"], lambda x: f"{x:.1f}x")
+    return GuidePrediction("C7", text, inputs, values, headline=f"{speed_up}, {_nics(chosen)}/node")
 
 
 # -- C9: no_sync accumulation -----------------------------------------------------------------------------
@@ -605,7 +625,7 @@ def predict_c9(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
             f"{_per_nics(counts, lambda n: _pct(values[f'gain@{n}']))} (one fp32 ring all-reduce "
             f"{_per_nics(counts, lambda n: '%.0f ms' % values[f'sync_ms@{n}'])}); with the guide's own "
             f"{exposed * 1e3:.0f} ms of communication per micro-step: {_pct(values['guide_split_gain'])}")
-    return GuidePrediction("C9", text, inputs, values)
+    return GuidePrediction("C9", text, inputs, values, headline=f"{_pct(values['gain'])}, {_nics(chosen)}/node")
 
 
 # -- the registry and the SPEC adapter ----------------------------------------------------------------------
@@ -627,7 +647,7 @@ def predict_claim(claim_id: str, evidence: "Evidence | None" = None, **kwargs: A
     return GUIDE_PREDICTORS.get(claim_id)(measured=MeasuredInputs.from_evidence(evidence), **kwargs)
 
 
-def predictor(claim_id: str, **kwargs: Any) -> Callable[["Claim", "Evidence"], str]:
+def predictor(claim_id: str, **kwargs: Any) -> Callable[["Claim", "Evidence"], GuidePrediction]:
     """A SPEC's ``predictions`` entry: ``predictions={cid: predictor(cid) for cid in GUIDE_PREDICTORS}``.
 
     Args:
@@ -635,25 +655,25 @@ def predictor(claim_id: str, **kwargs: Any) -> Callable[["Claim", "Evidence"], s
         kwargs: passed to the ``predict_cN`` function (e.g. ``nics_per_node=1``).
 
     Returns:
-        ``predict(claim, evidence) -> str``: :meth:`GuidePrediction.describe` of the prediction with
-        the evidence's measured inputs.
+        ``predict(claim, evidence) -> GuidePrediction`` with the evidence's measured inputs (the ledger
+        shows its :meth:`~GuidePrediction.describe` and its ``headline``).
 
     Raises:
         RegistryError: no predictor for ``claim_id`` (raised here, when the SPEC is built).
     """
     GUIDE_PREDICTORS.get(claim_id)
 
-    def predict(claim: "Claim", evidence: "Evidence") -> str:
+    def predict(claim: "Claim", evidence: "Evidence") -> GuidePrediction:
         if claim.id != claim_id:
             raise ConfigError(f"the {claim_id} predictor was asked for {claim.id}", field="claim",
                               config="guide_scale")
-        return predict_claim(claim_id, evidence, **kwargs).describe()
+        return predict_claim(claim_id, evidence, **kwargs)
 
     predict.__name__ = predict.__qualname__ = f"predict_{claim_id.lower()}_at_guide_scale"
     return predict
 
 
 __all__ = ["GPT2_124M", "GPT_10B", "GUIDE_JOB_TASKS", "GUIDE_NODES", "GUIDE_PLATFORM", "GUIDE_PREDICTORS",
-           "GuidePrediction", "MeasuredInputs", "NIC_COUNTS", "RESNET50", "Workload", "layer_norm_params",
+           "GuidePrediction", "MeasuredInputs", "ModelText", "NIC_COUNTS", "RESNET50", "Workload", "layer_norm_params",
            "params_for_comm", "predict_c2", "predict_c3", "predict_c7", "predict_c8", "predict_c9", "predict_claim",
            "predictor", "weather_params"]

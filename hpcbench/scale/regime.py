@@ -380,6 +380,17 @@ def regime_summary(regime: GuideRegime, launches: Any) -> str:
             f"{len(calibrated)} calibrated launch(es) within it{context}")
 
 
+def regime_brief(regime: GuideRegime, launches: Any) -> str:
+    """:func:`regime_summary` in a few words for the ledger's summary row: ``61% busy: 4/5 in``."""
+    target = launches[FACT_TARGET] if len(launches) and FACT_TARGET in launches.columns else None
+    calibrated = launches[[_number(v) is not None for v in target]] if target is not None else launches.iloc[0:0]
+    guide = f"{regime.target_busy:.0%} busy"  # the guide's baseline busy share
+    if not len(calibrated):
+        return f"{guide}: not calibrated"
+    within = sum(regime.matches(v) for v in (_number(r) for r in calibrated.get(FACT_REACHED, [])) if v is not None)
+    return f"{guide}: {within}/{len(calibrated)} in"
+
+
 # -- the adapter: calibration inside a launch ------------------------------------------------------
 
 def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates_bps: Sequence[float],

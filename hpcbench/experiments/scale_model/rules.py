@@ -57,6 +57,7 @@ from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement
 from hpcbench.report.rulekit import in_group, launch_groups
 from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference, judge,
                                      single_value)
+from hpcbench.scale.guide_scale import ModelText
 from hpcbench.scale.platforms import LinkModel, Platform, get_platform
 from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Prediction, predict_c1, predict_step,
                                     training_flops)
@@ -303,7 +304,7 @@ def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
 RULES = {"C1": rule_c1}
 
 
-def predict_c1_at_guide_scale(claim: Claim, evidence: Evidence) -> str:
+def predict_c1_at_guide_scale(claim: Claim, evidence: Evidence) -> ModelText:
     """The ledger's predicted column for C1: the busy share at 1 and 8 NICs per node, at the measured link efficiency.
 
     Reads the evidence's ``link_efficiency`` (median over launches) where it has launches; the rated
@@ -317,7 +318,9 @@ def predict_c1_at_guide_scale(claim: Claim, evidence: Evidence) -> str:
     shares = ", ".join(f"{pct(c1_prediction(efficiency, nics=n).busy_share)} with {_nics(n)} per node"
                        for n in C1_NIC_COUNTS)
     naive = naive_estimate()
-    return (f"Model ({C1_PLATFORM}, {C1_NODES} nodes x 8 GPUs, {C1_PARAMS / 1e9:g}B parameters, plain DDP fp32, "
+    busy = [c1_prediction(efficiency, nics=n).busy_share for n in C1_NIC_COUNTS]
+    headline = f"{pct(min(busy))}..{pct(max(busy))} busy, {min(C1_NIC_COUNTS)}-{max(C1_NIC_COUNTS)} NICs/node"
+    return ModelText(f"Model ({C1_PLATFORM}, {C1_NODES} nodes x 8 GPUs, {C1_PARAMS / 1e9:g}B parameters, plain DDP fp32, "
             f"no overlap, {C1_TOKENS} tokens per GPU per step, {where}; the guide states neither the NIC count nor "
             f"the tokens per GPU): busy share {shares}; a planner pricing the gradient bytes once over one NIC "
-            f"expects {pct(naive['busy_share'])}")
+            f"expects {pct(naive['busy_share'])}", headline)
