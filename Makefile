@@ -21,10 +21,11 @@ help:
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
-	# Register the venv's kernel inside the venv (--sys-prefix), so papermill's
-	# `python3` kernel is this interpreter and not whatever ~/.local points to.
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (hpcbench)"
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,hub]'
+	# Register the venv's kernel inside the venv (--sys-prefix) under its own name, which every
+	# notebook asks for: papermill, JupyterLab and JupyterHub's servers then run this interpreter,
+	# never a `python3` from ~/.local or from a hub's own environment that lacks hpcbench.
+	$(PY) -m ipykernel install --sys-prefix --name hpcbench --display-name "hpcbench (Python 3)"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -115,7 +115,7 @@ def execute_notebook(name, tmp_path, **params):
     out_dir = tmp_path / name
     pm.execute_notebook(str(EXPERIMENTS.get(name).notebook_path()), str(tmp_path / f"{name}.ipynb"),
                         parameters={**params, "output_dir": str(out_dir), "task_id": f"{name}.t"},
-                        kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+                        kernel_name="hpcbench", progress_bar=False, cwd=str(tmp_path))
     files = find_record_files(out_dir)
     assert files, f"{name} wrote no records"
     return pd.concat([read_records(p) for p in files], ignore_index=True), out_dir

@@ -1,7 +1,8 @@
 """slurm/jupyter.sbatch on the emulated cluster: JupyterLab on a node, reached with its token.
 
-The job is submitted as a user would; the test reads the URL and the tunnel line from
-the job's output, then talks to the server from the host over the node's address
+The job is submitted as a user would, from a folder with a results/ subfolder, where the
+script's own ``--output`` puts its log (0600: it holds the token); the test reads the URL
+and the tunnel line from that output, then talks to the server from the host over the node's address
 (the host reaches the node namespaces through the bridge, as a login node reaches
 compute nodes): /api/status with and without the token, /api/kernelspecs, and a small
 notebook run through the server's own API (a REST session starts the kernel, the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -107,11 +109,12 @@ def test_jupyter_job_serves_the_venv_kernel(emulated_cluster, tmp_path):
     websocket = pytest.importorskip("websocket", reason="websocket-client comes with jupyter_server")
     env = {**os.environ, **emulated_cluster.env(),
            "HPCBENCH_VENV": sys.prefix, "HPCBENCH_NOTEBOOK_DIR": str(tmp_path)}
-    submit = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/jupyter-%j.out", f"--chdir={tmp_path}",
-                             str(SCRIPT)], capture_output=True, text=True, env=env, timeout=30)
+    (tmp_path / "results").mkdir()  # the script's --output folder, which SLURM does not create
+    submit = subprocess.run(["sbatch", "--parsable", f"--chdir={tmp_path}", str(SCRIPT)],
+                            capture_output=True, text=True, env=env, timeout=30)
     assert submit.returncode == 0, submit.stderr
     job_id = submit.stdout.strip().split(";")[0]
-    out_file = tmp_path / f"jupyter-{job_id}.out"
+    out_file = tmp_path / "results" / f"jupyter-{job_id}.out"
     try:
         url = _wait_for(URL_RE, out_file, job_id, env, timeout=90)
         addr, port, token = url["addr"], url["port"], url["token"]
@@ -123,21 +126,21 @@ def test_jupyter_job_serves_the_venv_kernel(emulated_cluster, tmp_path):
         assert (tunnel["port"], tunnel["addr"], tunnel["port2"]) == (port, addr, port)
         assert tunnel["host"].split(".")[0] == emulated_cluster.controller_host  # where sbatch ran: the "login node"
         assert f"http://localhost:{port}/lab?token={token}" in output
-        assert out_file.stat().st_mode & 0o077 == 0  # the token is for the user's eyes only
+        assert stat.S_IMODE(out_file.stat().st_mode) == 0o600  # the token is for the user's eyes only
 
         base = f"http://{addr}:{port}"
         status, body = _api(base, "/api/status", token)
         assert status == 200 and "started" in body
         assert _api(base, "/api/status", None)[0] in (401, 403)  # the token is required
         status, specs = _api(base, "/api/kernelspecs", token)
-        assert status == 200 and specs["default"] == "python3"
-        assert specs["kernelspecs"]["python3"]["spec"]["display_name"] == "Python 3 (hpcbench)"
+        assert status == 200 and specs["default"] == "hpcbench"
+        assert specs["kernelspecs"]["hpcbench"]["spec"]["display_name"] == "hpcbench (Python 3)"
 
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (hpcbench)", "language": "python"}
+        nb.metadata["kernelspec"] = {"name": "hpcbench", "display_name": "hpcbench (Python 3)", "language": "python"}
         nbformat.write(nb, tmp_path / "check.ipynb")
         status, session = _api(base, "/api/sessions", token, "POST", {
-            "path": "check.ipynb", "name": "check.ipynb", "type": "notebook", "kernel": {"name": "python3"}})
+            "path": "check.ipynb", "name": "check.ipynb", "type": "notebook", "kernel": {"name": "hpcbench"}})
         assert status == 201, status
         kernel_id = session["kernel"]["id"]
         channels = f"ws://{addr}:{port}/api/kernels/{kernel_id}/channels?session_id={uuid.uuid4().hex}"

@@ -358,7 +358,7 @@ def _notebook(params_src: str, code: str):
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "hpcbench", "display_name": "hpcbench (Python 3)", "language": "python"}
     cell = nbformat.v4.new_code_cell(params_src)
     cell.metadata["tags"] = ["parameters"]
     nb.cells = [cell, nbformat.v4.new_code_cell(code)]
@@ -394,7 +394,7 @@ def test_adding_an_experiment_is_one_package_and_one_notebook(tmp_path, monkeypa
         assert rule_owners()["C13"] == ["zz_trivial"]
         out = tmp_path / "task"
         pm.execute_notebook(str(spec.notebook_path()), str(tmp_path / "out.ipynb"),
-                            parameters={"n": 4, "output_dir": str(out)}, kernel_name="python3", progress_bar=False)
+                            parameters={"n": 4, "output_dir": str(out)}, kernel_name="hpcbench", progress_bar=False)
         records = pd.concat([read_records(p) for p in find_record_files(out)], ignore_index=True)
         row = evaluate_claim("C13", records)
         assert row.measured == "4 values" and row.experiment == "zz_trivial"

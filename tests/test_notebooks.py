@@ -2,6 +2,7 @@
 
 import ast
 import json
+import sys
 
 import nbformat
 import papermill as pm
@@ -9,6 +10,7 @@ import pytest
 
 from conftest import execute_notebook
 from hpcbench.experiments import EXPERIMENTS
+from hpcbench.run.execute import KERNEL_DISPLAY_NAME, KERNEL_NAME, check_kernel
 from hpcbench.run.task import CONTEXT_DEFAULTS
 
 
@@ -25,10 +27,19 @@ def test_parameters_cell_matches_config(name):
 @pytest.mark.parametrize("name", EXPERIMENTS.names())
 def test_notebooks_are_stored_without_outputs(name):
     nb = nbformat.read(EXPERIMENTS.get(name).notebook_path(), as_version=4)
-    assert nb.metadata["kernelspec"]["name"] == "python3"
+    # The kernel `make setup` registers: JupyterLab, a hub's servers and papermill all pick it by this name.
+    assert nb.metadata["kernelspec"]["name"] == KERNEL_NAME == "hpcbench"
+    assert nb.metadata["kernelspec"]["display_name"] == KERNEL_DISPLAY_NAME
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None
+
+
+def test_kernel_is_registered_for_this_interpreter():
+    assert check_kernel() is None  # `make setup` registered `hpcbench`, running this venv's python
+    message = check_kernel("no-such-kernel")
+    assert "'no-such-kernel' not found" in message
+    assert f"{sys.executable} -m ipykernel install --sys-prefix --name no-such-kernel" in message
 
 
 def test_environment_notebook_runs(tmp_path):

@@ -19,7 +19,10 @@ from hpcbench.run.interrupt import RunInterrupted, SignalGuard, Stop
 from hpcbench.run.rundir import TaskStatus, now, read_status, task_dir, write_status
 from hpcbench.run.suite import TaskSpec
 
-KERNEL_NAME = "python3"
+# Its own name, not python3: a notebook that asks for it never silently gets some other
+# Python (a JupyterHub's, ~/.local's) that cannot import hpcbench. `make setup` registers it.
+KERNEL_NAME = "hpcbench"
+KERNEL_DISPLAY_NAME = "hpcbench (Python 3)"
 
 
 def notebook_parameters(spec: TaskSpec, run_dir: Path, suite: str) -> dict[str, Any]:
@@ -119,7 +122,8 @@ def check_kernel(kernel_name: str = KERNEL_NAME) -> str | None:
 
         spec = KernelSpecManager().get_kernel_spec(kernel_name)
     except Exception as exc:  # no such kernel: papermill will say so per task too
-        return f"Jupyter kernel {kernel_name!r} not found ({exc}); run `make setup`"
+        return (f"Jupyter kernel {kernel_name!r} not found ({exc}); run `make setup`, or register this "
+                f"interpreter's: {sys.executable} -m ipykernel install --sys-prefix --name {kernel_name}")
     exe = spec.argv[0]
     if exe in ("python", "python3", "{python}"):
         return None
