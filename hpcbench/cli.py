@@ -1,14 +1,16 @@
 """The ``hpcbench`` command: parse arguments, then call the library.
 
+    hpcbench --version                             the installed hpcbench's version
     hpcbench list                                  experiments, their claims and needs; shipped suites
     hpcbench params EXPERIMENT                     an experiment's parameters, defaults and allowed values
-    hpcbench run EXPERIMENT [-p key=value ...]     one task, the same way a suite runs it
+    hpcbench run EXPERIMENT [-p key=value ...]     one task, the same way a suite runs it (--toy: in seconds)
     hpcbench suite SUITE [--backend local|slurm] [--out results/] [--jobs N] [--dry-run] [--oversubscribe]
+                         [--report reports/NAME]
     hpcbench suite resume RUN_DIR                  rerun only the failed, interrupted or missing tasks
     hpcbench status RUN_DIR                        each task's state; `running` tasks whose process is gone: stale
     hpcbench advise RUN_DIR [--task ID] [--json]   C14's advice from what the run measured, each option's predicted gain
-    hpcbench report RUN_DIR... [--out reports/NAME] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
-    hpcbench publish REPORT_DIR --to SITE_DIR      copy a report into a site, rewrite the site's index
+    hpcbench report RUN_DIR... [--out reports/NAME] [--traces] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
+    hpcbench publish REPORT_DIR --to SITE_DIR [--replace]   copy a report into a site, rewrite the site's index
     hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
     hpcbench plan-binding [--ranks-per-node N] [--root DIR] [--show table|srun|numactl|env|sbatch]
 
@@ -66,6 +68,8 @@ def cmd_params(args: argparse.Namespace) -> int:
     exp = EXPERIMENTS.get(args.experiment)
     for row in exp.config.describe():
         print(f"{row['name']} = {row['default']!r}  ({row['type']}; {row['allowed']})\n    {row['doc']}")
+    toy = ", ".join(f"{k}={v!r}" for k, v in exp.toy.items()) or "the defaults (cheap already)"
+    print(f"\ntoy size (hpcbench run {exp.name} --toy): {toy}")
     return 0
 
 
@@ -78,8 +82,12 @@ def _backend_options(args: argparse.Namespace) -> dict:
     return opts
 
 
-def _summary(statuses, run_dir: Path, interrupted: str | None = None) -> int:
-    """Print what became of every task and what to do next; the exit code (0 or 1)."""
+def _summary(statuses, run_dir: Path, interrupted: str | None = None, report: str | None = None) -> int:
+    """Print what became of every task and what to do next; the exit code (0 or 1).
+
+    With ``report`` (``--report DIR``) the report is about to be written there: the next step is
+    not suggested, since a suggestion naming another folder would contradict what follows.
+    """
     from shlex import quote
 
     by_state: dict[str, list] = {}
@@ -94,11 +102,24 @@ def _summary(statuses, run_dir: Path, interrupted: str | None = None) -> int:
                   f"(notebook: {run_dir / 'tasks' / s.task_id / s.notebook}{log})")
     if any(s.state != "done" for s in statuses):
         print(f"rerun what is not done: hpcbench suite resume {quote(str(run_dir))}")
-    print(f"next: hpcbench report {quote(str(run_dir))} --out {quote('reports/' + run_dir.name)}")
+    if report is None:
+        print(f"next: hpcbench report {quote(str(run_dir))} --out {quote('reports/' + run_dir.name)}")
     return 1 if any(s.state != "done" for s in statuses) else 0
 
 
+def _summary_and_report(statuses, run_dir: Path, report: str | None) -> int:
+    """The summary, then the report into ``report`` when asked (also after failed tasks: it lists them)."""
+    code = _summary(statuses, run_dir, report=report)
+    if report is not None:
+        from hpcbench.report import build_report
+        from hpcbench.report.report_folder import describe_report
+
+        print(f"report: {describe_report(build_report([run_dir], Path(report)).resolve())}")
+    return code
+
+
 def _run(suite, args: argparse.Namespace) -> int:
+    from hpcbench.run.backends import BACKENDS
     from hpcbench.run.limits import check_limits
     from hpcbench.run.rundir import check_run_dir, new_run_dir
     from hpcbench.run.runner import retry_options, run_suite
@@ -113,17 +134,27 @@ def _run(suite, args: argparse.Namespace) -> int:
         print(text)
         return 0 if ok else 2
     check_run_dir(run_dir, f"--run-dir {args.run_dir}" if args.run_dir else f"--out {args.out}")
+    if args.report:  # refused now, not after a run of hours
+        from hpcbench.report.report_folder import check_report_folder
+
+        check_report_folder(Path(args.report))
+    BACKENDS.get(args.backend).check(_backend_options(args))  # run_suite does too
     check_limits(suite, args.backend, _backend_options(args), oversubscribe=args.oversubscribe)  # run_suite does too
     print(f"run dir: {run_dir}")  # only once it is accepted: the line must not precede a refusal
     statuses = run_suite(suite, run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
                          options=_backend_options(args), oversubscribe=args.oversubscribe, retries=args.retries)
-    return _summary(statuses, run_dir)
+    return _summary_and_report(statuses, run_dir, args.report)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hpcbench.run.suite import single_task_suite
 
-    return _run(single_task_suite(args.experiment, _parse_params(args.param), args.variant), args)
+    params = _parse_params(args.param)
+    if args.toy:
+        from hpcbench.experiments import EXPERIMENTS
+
+        params = {**EXPERIMENTS.get(args.experiment).toy, **params}  # an explicit -p wins over the toy size
+    return _run(single_task_suite(args.experiment, params, args.variant), args)
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
@@ -141,10 +172,14 @@ def cmd_suite(args: argparse.Namespace) -> int:
                                       oversubscribe=args.oversubscribe)
             print(text)
             return 0 if ok else 2
+        if args.report:
+            from hpcbench.report.report_folder import check_report_folder
+
+            check_report_folder(Path(args.report))
         statuses = resume_suite(run_dir, backend=args.backend, jobs=args.jobs, progress=not args.quiet,
                                 options=_backend_options(args), oversubscribe=args.oversubscribe,
                                 retries=args.retries)
-        return _summary(statuses, run_dir) if statuses else 0
+        return _summary_and_report(statuses, run_dir, args.report) if statuses else 0
     if len(args.suite) != 1:
         raise HpcbenchError(f"one suite at a time, got {args.suite}")
     if args.backend is None:
@@ -188,10 +223,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    from hpcbench.advise import advice_json, advise_run, format_advice
+    from hpcbench.advise import advice_json, collect_run_advice, format_advice
 
-    advices = advise_run(Path(args.run_dir), task=args.task)
-    print(advice_json(advices) if args.json else format_advice(advices))
+    found = collect_run_advice(Path(args.run_dir), task=args.task)
+    if not found.advices:
+        raise found.refused()
+    if args.json:  # JSON only on stdout: a script reads it
+        print(advice_json(found.advices))
+        return 0
+    print(format_advice(found.advices))
+    if found.skipped:
+        tasks = len({s.task for s in found.skipped})
+        print(f"\nnot advised ({tasks} task(s)), by reason:\n{found.describe_skipped()}")
     return 0
 
 
@@ -216,6 +259,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report import build_report
+    from hpcbench.report.report_folder import describe_report
 
     # Resolved: `report .` or `report ../R/..` must not name the report folder reports/ itself.
     out = Path(args.out) if args.out else Path("reports") / Path(args.run_dirs[0]).resolve().name
@@ -228,8 +272,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             "interface": args.dask_slurm_interface or "",
             "scheduler_interface": args.dask_slurm_scheduler_interface or "",
             "sbatch_options": _backend_options(args), "start_timeout_s": args.dask_slurm_timeout})
-    path = build_report(args.run_dirs, out, scheduler=args.scheduler, dask_slurm=dask_slurm)
-    print(f"report: {path.resolve()}")
+    path = build_report(args.run_dirs, out, scheduler=args.scheduler, dask_slurm=dask_slurm, traces=args.traces)
+    print(f"report: {describe_report(path.resolve())}")
     return 0
 
 
@@ -237,7 +281,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from hpcbench.report.publish import publish_report
 
     site = Path(args.to)
-    publication = publish_report(Path(args.report_dir), site)
+    publication = publish_report(Path(args.report_dir), site, replace_existing=args.replace)
     print(f"published: {(site / publication.slug / 'index.html').resolve()}")
     print(f"site index: {(site / 'index.html').resolve()}")
     return 0
@@ -290,8 +334,21 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def package_version() -> str:
+    """The installed distribution's version (what pip and bug reports see); the source tree's when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hpcbench")
+    except PackageNotFoundError:  # run from a checkout that was never pip-installed
+        from hpcbench import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hpcbench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="experiments and shipped suites")
@@ -310,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tasks at once (local default 1: concurrent benchmarks distort each other; "
                             "slurm: the array's %%M, default no cap)")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--report", metavar="DIR",
+                       help="when the run ends, write its report into DIR, as `hpcbench report RUN_DIR --out DIR` "
+                            "would (also when some task failed; not when the run was stopped)")
         p.add_argument("--oversubscribe", action="store_true",
                        help="local backend: run tasks with more ranks than this machine's cores (a functional "
                             "run; timings mean little); refused otherwise")
@@ -331,6 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="a config parameter (repeatable); see `hpcbench params EXPERIMENT`")
     p.add_argument("--variant", default="default", help="variant name recorded with the results")
+    p.add_argument("--toy", action="store_true",
+                   help="the experiment's toy size: a functional run of seconds whose numbers mean nothing "
+                        "(`hpcbench params EXPERIMENT` lists its overrides; -p still wins)")
     add_run_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -384,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="aggregate run dirs into one HTML report")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", help="report folder (default: reports/<first run dir's name>)")
+    p.add_argument("--traces", action="store_true",
+                   help="copy the ranks' profiler traces into the report (a few MiB each; default: linked "
+                        "files are the failed tasks' notebooks only)")
     p.add_argument("--scheduler", help="address of an existing dask scheduler (default: a LocalCluster)")
     dask = p.add_argument_group("dask workers as SLURM jobs (dask-jobqueue; the nodes must see the run dirs)")
     dask.add_argument("--dask-slurm", action="store_true", help="start the dask workers as SLURM jobs")
@@ -407,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("report_dir", metavar="REPORT_DIR", help="a folder written by `hpcbench report`")
     p.add_argument("--to", required=True, metavar="SITE_DIR",
                    help="the site folder (created); earlier publications in it are kept")
+    p.add_argument("--replace", action="store_true",
+                   help="publish a report that is published already (same content) again, in its place "
+                        "(default: refused)")
     p.set_defaults(func=cmd_publish)
     return parser
 

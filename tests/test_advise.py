@@ -200,3 +200,75 @@ def test_cli_errors_name_the_folder(tmp_path, capsys):
     assert "nothing the advisor can use" in err and "advisor.empty" in err and "no records" in err
     assert main(["advise", str(run_dir), "--task", "other"]) == 2
     assert "no task 'other'" in capsys.readouterr().err
+
+
+def _collectives_rows(path, *, nodes, ranks_per_node, alpha, beta, experiment="collectives", variant="two_nodes",
+                      repetition=0):
+    """What a collectives task of the same run writes: 'time' rows per op, size and group, no series of its own."""
+    ctx = RecordContext(run_id="r", experiment=experiment, variant=variant, repetition=repetition,
+                        task_id=f"{experiment}.{variant}.r{repetition}",
+                        params={"nodes": nodes, "ranks_per_node": ranks_per_node}, world_size=nodes * ranks_per_node)
+    with RecordWriter(path, ctx) as w:
+        w.add("backend", None, "", text="gloo")
+        n = nodes * ranks_per_node
+        groups = [("world", n, 1), ("intra_node", ranks_per_node, 1)]
+        if nodes > 1:
+            groups.append(("inter_node", nodes, ranks_per_node))
+        for group, ranks, per_node in groups:
+            for size in (1024, 16384, 262144, 1 << 20):
+                cost = collective_cost("all_reduce", size, nodes=1, ranks_per_node=ranks)
+                t = alpha * cost.steps + beta * cost.world_bytes * per_node
+                for i, v in enumerate(noisy(t, 3, seed=size)):
+                    w.add("time", v, "s", step=i, labels={"op": "all_reduce", "size_bytes": size, "group": group,
+                                                          "group_ranks": ranks, "dtype": "float32"})
+
+
+def _demo_like_run(tmp_path, *, collectives: dict):
+    """A run like the demo's: training series with neither probe rows nor a link rate, beside collectives tasks."""
+    no_link = {f"comm_modes.m{i}.r0": (lambda p, i=i: records(p, step=0.6, compute=0.1, alone=0.5,
+                                                               layout=LAYOUT_TINY,
+                                                               labels={"mode": "ddp", "bucket": i}))
+               for i in range(2)}
+    return _run_dir(tmp_path, {**no_link, **collectives, "environment.default.r0": None})
+
+
+def test_a_series_without_a_link_of_its_own_uses_the_runs_collectives_on_its_layout(tmp_path, capsys):
+    def probe(nodes, ranks_per_node, alpha):
+        return lambda p: _collectives_rows(p, nodes=nodes, ranks_per_node=ranks_per_node, alpha=alpha, beta=1e-9,
+                                           variant=f"n{nodes}x{ranks_per_node}")
+    run_dir = _demo_like_run(tmp_path, collectives={"collectives.n1x2.r0": probe(1, 2, 9e-3),
+                                                    "collectives.n2x2.r0": probe(2, 2, 2e-3)})
+    advices = advise_run(run_dir)
+    assert len(advices) == 2 and {a.link for a in advices} == {"fitted"}
+    for a in advices:
+        alpha = next(f for f in a.figures if f.name.startswith("alpha"))
+        # the 2 x 2 task's alpha, not the one-node task's: the layout must match
+        assert alpha.value == pytest.approx(2e-3, rel=0.05)
+        assert "from the run's collectives.n2x2 (2 x 2 gloo; task collectives.n2x2.r0)" in alpha.source
+        assert a.regime == "latency_sensitive"
+    assert main(["advise", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    # what was skipped: one line per reason, its tasks under it
+    tail = out.split("not advised")[1].splitlines()
+    assert tail[tail.index("  no records:") + 1] == "    environment.default.r0 (task done)"
+    for layout, task in (("2 x 2", "collectives.n2x2.r0"), ("1 x 2", "collectives.n1x2.r0")):
+        reason = (f"  no series of its own; its collectives-style rows give the link of the run's series on "
+                  f"{layout} gloo ranks:")
+        assert tail[tail.index(reason) + 1] == f"    {task} (task done)"
+
+
+def test_refusals_are_grouped_by_reason_with_the_tasks_under_it(tmp_path, capsys):
+    one_node = {"collectives.n1x2.r0": lambda p: _collectives_rows(p, nodes=1, ranks_per_node=2, alpha=1e-3,
+                                                                    beta=1e-9, variant="n1x2")}
+    run_dir = _demo_like_run(tmp_path, collectives=one_node)
+    assert main(["advise", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    reasons = [ln for ln in lines if ln.startswith("  ") and not ln.startswith("    ")]
+    assert len(reasons) == len(set(reasons)) == 3, err  # no link, probe rows only, no records: each once
+    no_link = next(r for r in reasons if "cannot tell the byte term" in r)
+    assert "no collectives-style task of the run ran on its layout, 2 x 2 gloo" in no_link
+    assert "they ran: collectives.n1x2 1 x 2 gloo" in no_link
+    under = lines[lines.index(no_link) + 1:lines.index(no_link) + 3]
+    assert under == ["    comm_modes.m0.r0 (task done, 1 series)", "    comm_modes.m1.r0 (task done, 1 series)"]
+    assert len(err) < 2000  # one line per reason, not per series

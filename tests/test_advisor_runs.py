@@ -139,7 +139,7 @@ def test_presenter_renders_a_run(local_run):
     (section,) = EXPERIMENTS.get("advisor").present(ExperimentData("advisor", ["run"], stats, text, None, summaries))
     table = next(t for t in section.tables if t.id == "advisor-gains")
     assert [r[2].text for r in table.rows] == [r for r in REGIME_NAMES for _ in range(4)]
-    assert section.figures and section.figures[0].png_base64
+    assert section.figures and section.figures[0].data
 
 
 def test_estimate_grows_with_steps_and_a_slower_link():

@@ -135,7 +135,8 @@ def test_report_on_slurm_workers_equals_local(slurm_env, tmp_path, capsys):
     assert up.group(3) == "n1, n2"
     job_ids = [up.group(1), up.group(2)]
     for job_id in job_ids:
-        assert (tmp_path / "slurm" / "dask-slurm" / f"{JOB_NAME}-{job_id}.err").is_file()
+        # Beside the report, never in it: publishing the report must not publish them.
+        assert (tmp_path / ".slurm.dask-slurm" / f"{JOB_NAME}-{job_id}.err").is_file()
 
     remote = tmp_path / "slurm" / "index.html"
     assert TIMESTAMP.sub("T", remote.read_text()) == TIMESTAMP.sub("T", local.read_text())

@@ -115,4 +115,4 @@ def test_presenter_renders_the_tiny_run(tiny_run):
             "fault-tolerance-survival", "fault-tolerance-overhead"} <= set(ids)
     tiers = sections[0].tables[ids.index("fault-tolerance-tiers")]
     assert len(tiers.rows) == 4
-    assert sections[0].figures and sections[0].figures[0].png_base64
+    assert sections[0].figures and sections[0].figures[0].data

@@ -117,4 +117,4 @@ def test_presenter_renders_the_tiny_run(tiny_run):
     sections = EXPERIMENTS.get("io_formats").present(ExperimentData("io_formats", ["run"], stats, text, None))
     table = sections[0].tables[0]
     assert "samples/s" in " ".join(table.columns) and len(table.rows) >= 8
-    assert sections[0].figures and sections[0].figures[0].png_base64
+    assert sections[0].figures and sections[0].figures[0].data

@@ -214,19 +214,27 @@ def test_evidence_is_summarised_once_per_experiment_and_one_claim_cannot_change_
 
 
 def test_report_shows_the_model_and_the_guides_arithmetic_apart():
-    from hpcbench.report.html import _predicted_cell
     from hpcbench.report.ledger import Judgement, row_of
+    from hpcbench.report.ledger_page import ledger_section
 
     claim = get_claim("C8")
-    row = row_of(claim, Judgement("not measured yet", NO_VALUE, "why"), None, "Model (x): 2x")
-    cell = _predicted_cell(["a", "b"], [row, None])
-    assert [(p.text, p.cls) for p in cell.parts] == [("Model (x): 2x", "model-prediction"),
-                                                     (f"Guide's arithmetic: {claim.predicted}", "guide-arithmetic")]
+    row = row_of(claim, Judgement("not measured yet", NO_VALUE, "why"), None, "Model (x): 2x",
+                 model_headline="2x, 8 NICs/node")
+    section = ledger_section(["a"], {"a": [row]})
+    summary = section.tables[0].rows[0]
+    assert summary[3].text == "2x, 8 NICs/node"  # the summary: the headline only
+    notes = [(n.text, n.cls) for n in section.details[0].notes]
+    assert ("Predicted at the guide's scale: Model (x): 2x", "model-prediction") in notes
+    assert (f"Guide's arithmetic: {claim.predicted}", "guide-arithmetic") in notes
     other = row_of(claim, Judgement("not measured yet", NO_VALUE, "why"), None, "Model (x): 3x")
-    assert [p.text for p in _predicted_cell(["a", "b"], [row, other]).parts][:2] == ["a: Model (x): 2x",
-                                                                                    "b: Model (x): 3x"]
+    two = ledger_section(["a", "b"], {"a": [row], "b": [other]})
+    texts = [n.text for n in two.details[0].notes]
+    assert "Predicted at the guide's scale (a): Model (x): 2x" in texts
+    assert "Predicted at the guide's scale (b): Model (x): 3x" in texts
     plain = row_of(claim, Judgement("not measured yet", NO_VALUE, "why"), None)
-    assert _predicted_cell(["a"], [plain]).text == claim.predicted and not _predicted_cell(["a"], [plain]).parts
+    plain_section = ledger_section(["a"], {"a": [plain]})
+    assert plain_section.tables[0].rows[0][3].text == "–"
+    assert not any(c == "model-prediction" for _, c in ((n.text, n.cls) for n in plain_section.details[0].notes))
 
 
 def test_predicted_arithmetic_from_the_guides_figures():

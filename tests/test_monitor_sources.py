@@ -338,6 +338,19 @@ def test_read_latency_feed_p99_between_writers(tmp_path):
     writer_a.close()
 
 
+def test_read_latency_feed_named_after_an_emulated_node_makes_its_folder(tmp_path):
+    # An emulated node is "host/node0": a feed named after it lies in a folder nobody made yet,
+    # which failed `hpcbench run monitoring` at its defaults on the local backend.
+    node = "vm/node0"
+    feed = ReadLatencyFeed(tmp_path / "task" / f"monitor-{node}.feed")
+    reader = pickle.loads(pickle.dumps(feed))
+    assert reader.read_new() == []                  # the sampler may look before the first read
+    feed.record_read(0.01)
+    feed.close()
+    assert (tmp_path / "task" / "monitor-vm" / "node0.feed").is_file()
+    assert reader.read_new() == [pytest.approx(0.01)]
+
+
 def test_lustre_mean_read_latency(tmp_path):
     clock = Clock()
     lustre = tmp_path / "lustre"

@@ -95,7 +95,7 @@ def test_presenter_renders_the_run(cluster_run):
                                                                     summaries))
     table = next(t for t in sections[0].tables if t.id == "monitoring-faults")
     assert [r[2].text for r in table.rows] == list(FAULTS)
-    assert sections[0].figures and sections[0].figures[0].png_base64
+    assert sections[0].figures and sections[0].figures[0].data
 
 
 def test_estimate_grows_with_phases_and_model():

@@ -123,7 +123,7 @@ def test_presenter_renders_the_tiny_run(tiny_run):
     table = next(t for t in sections[0].tables if t.id == "overlap-weather-tiny")
     assert len(table.rows) == 3 and "overlapped share" in table.columns
     assert [r[2].text for r in table.rows] == ["1", "4", "4"]
-    assert sections[0].figures and sections[0].figures[0].png_base64
+    assert sections[0].figures and sections[0].figures[0].data
     assert any(n.cls == "ok" for n in sections[0].notes)
 
 

@@ -1,4 +1,5 @@
-"""Publishing reports into a site: report.json, unique slugs, the index page, bad input, Chromium.
+"""Publishing reports into a site: report.json, unique slugs, one report published once (unless replaced),
+only the report and nothing private (no logs, lock or publisher paths), the index page, bad input, Chromium.
 
 The reports are real: built by ``build_report`` from run directories made by
 ``test_report.make_run``, with a fake claims module whose verdicts are known per run, so
@@ -23,7 +24,9 @@ from hpcbench.cli import main
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.report import build_report, ledger
 from hpcbench.report.publish import (DIFFERS, PUBLICATIONS_JSON, REPORT_JSON, load_publications,
-                                     publish_report, report_manifest, write_report_manifest)
+                                     publish_report, report_manifest, report_sha256, site_lock_path,
+                                     write_report_manifest)
+from hpcbench.report.report_folder import FILES_SUBDIR
 
 from conftest import CHROMIUM_FLAGS, render_in_chromium
 from test_report import (EXPECTED_CLAIMS, LINKED_NOTEBOOK_COPY, FakeRow, _table, add_linked_files, linked_hrefs,
@@ -104,8 +107,10 @@ def test_report_json_holds_runs_and_verdict_counts(reports, runs):
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", alpha["generated"])
     assert alpha["claims"] == 6 and alpha["verdicts"] == ALPHA_COUNTS
     [run] = alpha["runs"]
+    # The run dir's name, never the building machine's absolute path (the report is published).
     assert (run["label"], run["suite"], run["host"], run["run_dir"]) == ("alpha", "smoke", "alpha-login",
-                                                                          str(runs[0]))
+                                                                          runs[0].name)
+    assert str(runs[0]) not in (alpha_report / REPORT_JSON).read_text()
     pair = json.loads((pair_report / REPORT_JSON).read_text())
     assert pair["title"] == "alpha & beta <compared>"
     assert pair["claims"] == 6 and pair["verdicts"] == PAIR_COUNTS
@@ -166,25 +171,90 @@ def test_two_reports_listed_newest_first_with_their_counts(reports, tmp_path):
     assert "<script" not in html.lower() and "<link" not in html
 
 
-def test_republishing_gets_a_new_slug_and_keeps_the_first(reports, tmp_path):
+def test_a_new_edition_gets_a_new_slug_and_keeps_the_first(reports, tmp_path):
     report = tmp_path / "alpha"
     shutil.copytree(reports[0], report)
     site = tmp_path / "site"
     first = publish_report(report, site, now=DAY1)
     kept = _snapshot(site / first.slug)
     (report / "index.html").write_text("<!DOCTYPE html><title>second edition</title>")
-    (report / "extra.txt").write_text("a file that came later")
     second = publish_report(report, site, now=DAY1 + dt.timedelta(hours=1))
     assert (first.slug, second.slug) == ("alpha-2025-03-01", "alpha-2025-03-01-2")
     assert _snapshot(site / first.slug) == kept  # the first publication is untouched
     assert (site / second.slug / "index.html").read_text().endswith("second edition</title>")
-    assert (site / second.slug / "extra.txt").is_file() and not (site / first.slug / "extra.txt").exists()
     assert [r["slug"] for r in index_rows((site / "index.html").read_text())] == [second.slug, first.slug]
-    # A third time on the same day and second, through the CLI: the later-recorded is listed first.
-    assert main(["publish", str(report), "--to", str(site)]) == 0
-    slugs = [p.slug for p in load_publications(site)]
-    assert len(slugs) == len(set(slugs)) == 3
-    assert index_rows((site / "index.html").read_text())[0]["slug"] == slugs[-1]
+
+
+def test_the_same_report_is_published_once_unless_replaced(reports, tmp_path, capsys):
+    report = tmp_path / "alpha"
+    shutil.copytree(reports[0], report)
+    site = tmp_path / "site"
+    first = publish_report(report, site, now=DAY1)
+    before = _snapshot(site)
+    # Unchanged (a copy counts as the same report: same content): refused, naming the publication.
+    with pytest.raises(HpcbenchError, match=re.escape(f"{report}: this report is published already, unchanged, "
+                                                      f"as {site / first.slug / 'index.html'}")):
+        publish_report(report, site, now=DAY2)
+    assert main(["publish", str(reports[0]), "--to", str(site)]) == 2
+    assert "--replace" in capsys.readouterr().err
+    assert _snapshot(site) == before
+    # --replace: copied again into the same folder, dated anew; still one publication.
+    (site / first.slug / "index.html").write_text("damaged")
+    assert main(["publish", str(report), "--to", str(site), "--replace"]) == 0
+    [replaced] = load_publications(site)
+    assert replaced.slug == first.slug and replaced.published > first.published
+    assert replaced.content_sha256 == first.content_sha256 == report_sha256(report)
+    assert _snapshot(site / first.slug) == _snapshot(report)
+    assert [r["slug"] for r in index_rows((site / "index.html").read_text())] == [first.slug]
+    assert not [p for p in site.iterdir() if p.name.startswith(".")]  # no partial or set-aside folder left
+
+
+def test_only_the_report_is_published_and_nothing_private(reports, tmp_path):
+    """Logs, notes, hidden files and links beside a report stay home; the site holds no lock and no
+    path of the publisher's machine."""
+    report = tmp_path / "private-place" / "alpha"
+    shutil.copytree(reports[0], report)
+    (report / "dask-slurm").mkdir()
+    (report / "dask-slurm" / "hpcbench-dask-17.err").write_text("worker log")
+    (report / ".publish.lock").write_text("")
+    (report / "notes.txt").write_text("to self")
+    (report / FILES_SUBDIR / "t").mkdir(parents=True)
+    (report / FILES_SUBDIR / "t" / "trace.json").write_text("{}")
+    (report / FILES_SUBDIR / "t" / ".trace.json.tmp").write_text("half")
+    (report / FILES_SUBDIR / "t" / "key").symlink_to(tmp_path / "id_rsa")
+    site = tmp_path / "site"
+    publication = publish_report(report, site, now=DAY1)
+    published = sorted(p.relative_to(site / publication.slug).as_posix()
+                       for p in (site / publication.slug).rglob("*") if not p.is_dir())
+    assert published == [f"{FILES_SUBDIR}/t/trace.json", "index.html", REPORT_JSON]
+    assert sorted(p.name for p in site.iterdir()) == ["alpha-2025-03-01", "index.html", PUBLICATIONS_JSON]
+    assert site_lock_path(site) == tmp_path / ".site.publish.lock" and site_lock_path(site).is_file()
+    data = (site / PUBLICATIONS_JSON).read_text()
+    assert "private-place" not in data and str(tmp_path) not in data
+    [entry] = json.loads(data)["publications"]
+    assert (entry["path"], entry["report_name"]) == ("alpha-2025-03-01/index.html", "alpha")
+    assert (site / entry["path"]).is_file()
+
+
+def test_an_older_site_is_cleaned_of_its_lock_and_paths(reports, tmp_path):
+    """A site an earlier version wrote: a lock inside it, the publisher's paths in publications.json."""
+    site = tmp_path / "site"
+    publish_report(reports[0], site, now=DAY1)
+    data = json.loads((site / PUBLICATIONS_JSON).read_text())
+    for entry in data["publications"]:
+        del entry["path"], entry["report_name"], entry["content_sha256"]
+        entry["report_dir"] = "/home/someone/private/reports/alpha"
+    (site / PUBLICATIONS_JSON).write_text(json.dumps(data))
+    (site / ".publish.lock").write_text("")
+    # Its publication has no hash recorded: computed from its folder, so it is still found the same.
+    with pytest.raises(HpcbenchError, match="published already, unchanged"):
+        publish_report(reports[0], site, now=DAY2)
+    publish_report(reports[1], site, now=DAY2)
+    text = (site / PUBLICATIONS_JSON).read_text()
+    assert "report_dir" not in text and "/home/someone" not in text
+    assert [p["path"] for p in json.loads(text)["publications"]] == ["alpha-2025-03-01/index.html",
+                                                                      "pair-2025-03-02/index.html"]
+    assert not (site / ".publish.lock").exists()
 
 
 def test_folder_without_index_html_is_named_and_nothing_is_written(reports, tmp_path, capsys):

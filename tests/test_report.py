@@ -304,7 +304,7 @@ def test_report_is_self_contained(report):
     html = report.read_text()
     assert re.search(r"""(src|href)=["']?(https?:)?//""", html) is None
     assert "<link" not in html
-    assert html.count('src="data:image/png;base64,') >= 1
+    assert html.count('src="data:image/svg+xml;base64,') >= 1
 
 
 def test_report_sections(report, runs):
@@ -331,7 +331,7 @@ def test_report_sections(report, runs):
     failed = _table(html, "failed-tasks-table")
     assert "collectives.broken.r0" in failed and "notebook.ipynb" in failed
     assert 'id="claims-ledger"' in html
-    assert "tasks failed: <strong>1</strong>" in html
+    assert "failed <strong>1</strong>" in html
 
 
 def _table(html: str, table_id: str) -> str:
@@ -381,7 +381,7 @@ def test_claims_ledger_per_source(agg, monkeypatch):
     assert 'class="part verdict verdict-confirmed tone-good"' in ledger
     assert 'class="part verdict verdict-not-measured-yet tone-open"' in ledger
     a_rows = len(agg.records_by_source["cluster-a"].query("experiment == 'collectives'"))
-    assert f"<td>{a_rows}</td>" in ledger
+    assert f'<td class="measured">{a_rows}</td>' in ledger
 
 
 def test_experiments_bring_their_presenters():
@@ -424,7 +424,7 @@ def linked_report(cluster, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(report_folder, "MAX_LINKED_FILE_BYTES", 4096)
         index = build_report([run], root / "report", scheduler=cluster.scheduler_address, progress=lambda _: None,
-                             warn=warnings.append)
+                             warn=warnings.append, traces=True)
     return index, files, warnings
 
 

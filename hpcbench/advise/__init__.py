@@ -5,8 +5,9 @@
 * :mod:`~hpcbench.advise.figures` reads one data-parallel series' measured figures (step with and
   without communication, one synchronisation alone, DDP's bucket layout, the link rate);
 * :mod:`~hpcbench.advise.link` gets its link as a scale-model platform (fitted from
-  collectives-style probe rows, else inferred from the shaped rate) and splits one
-  synchronisation into its latency and byte terms;
+  collectives-style probe rows, else inferred from the shaped rate, else fitted from the run's
+  own collectives-style tasks on the same layout) and splits one synchronisation into its
+  latency and byte terms;
 * :mod:`~hpcbench.advise.classify` applies C14's order with the thresholds of
   :mod:`~hpcbench.advise.thresholds`: bandwidth-bound -> gradient compression, latency-sensitive
   -> topology optimisation, otherwise overlap;
@@ -18,10 +19,11 @@ Pure library: pandas and numpy, no torch.
 
 from hpcbench.advise.classify import REGIMES, Classification, Regime, classify
 from hpcbench.advise.figures import AdviceError, Figure, Measured, find_series, measure
-from hpcbench.advise.recommend import (OVERLAP_MICRO_STEPS, TECHNIQUES, Advice, Option, advice_json, advise, advise_all,
-                                       advise_run, format_advice)
+from hpcbench.advise.recommend import (OVERLAP_MICRO_STEPS, TECHNIQUES, Advice, Option, RunAdvice, Skipped, advice_json,
+                                       advise, advise_all, advise_run, collect_run_advice, format_advice)
 from hpcbench.advise.thresholds import THRESHOLDS, Thresholds
 
 __all__ = ["Advice", "AdviceError", "Classification", "Figure", "Measured", "OVERLAP_MICRO_STEPS", "Option",
-           "REGIMES", "Regime", "TECHNIQUES", "THRESHOLDS", "Thresholds", "advice_json", "advise", "advise_all",
-           "advise_run", "classify", "find_series", "format_advice", "measure"]
+           "REGIMES", "Regime", "RunAdvice", "Skipped", "TECHNIQUES", "THRESHOLDS", "Thresholds", "advice_json",
+           "advise", "advise_all", "advise_run", "classify", "collect_run_advice", "find_series", "format_advice",
+           "measure"]

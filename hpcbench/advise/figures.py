@@ -53,7 +53,20 @@ GRAD_ELEM_BYTES = 4
 
 
 class AdviceError(HpcbenchError):
-    """A run (or one of its series) holds nothing the advisor can use; the message says what is missing, where."""
+    """A run (or one of its series) holds nothing the advisor can use; the message says what is missing, where.
+
+    Args:
+        where: the records at fault (a task folder, a file, a run folder).
+        reason: what is missing, worded the same for every series it applies to, so that a run's
+            refusals can be grouped by it.
+        series: the series' labels, when the reason is one series'.
+    """
+
+    def __init__(self, where: str, reason: str, series: Mapping[str, Any] | None = None):
+        self.where, self.reason = where, reason
+        self.series = dict(series) if series is not None else None
+        name = where if series is None else f"{where} (series {describe_series(series)})"
+        super().__init__(f"{name}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -220,11 +233,11 @@ def _layout(records: Any, series: Mapping[str, Any], where: str) -> tuple[tuple[
             base, extra = divmod(total, count)
             sizes = tuple(base + (1 if i < extra else 0) for i in range(count))
             return sizes, f"{GRAD_BYTES_METRIC} cut into the {LAYOUT_METRIC} buckets (no bucket sizes listed)"
-    raise AdviceError(f"{where}: no bucket layout: needs '{LAYOUT_METRIC}' records listing the bucket bytes, or "
-                      f"'{LAYOUT_METRIC}' and '{GRAD_BYTES_METRIC}'")
+    raise AdviceError(where, f"no bucket layout: needs '{LAYOUT_METRIC}' records listing the bucket bytes, or "
+                             f"'{LAYOUT_METRIC}' and '{GRAD_BYTES_METRIC}'", series)
 
 
-def _ranks(records: Any, series: Mapping[str, Any]) -> tuple[int, int, str]:
+def ranks_of(records: Any, series: Mapping[str, Any]) -> tuple[int, int, str]:
     """(nodes, ranks per node, source): the launch's parameters, else the series' labels, else the world size."""
     for text in records["params"].drop_duplicates():
         try:
@@ -250,6 +263,12 @@ def _link_rate(records: Any, series: Mapping[str, Any]) -> tuple[float | None, s
     return None, ""
 
 
+def backend_of(records: Any) -> str:
+    """The launch's communication backend as its ``backend`` record names it (gloo when unrecorded)."""
+    rows = records[records["metric"] == BACKEND_METRIC]["text"].dropna()
+    return str(rows.iloc[0]) if len(rows) else "gloo"
+
+
 def measure(records: Any, series: Mapping[str, Any], *, where: str = "the records") -> Measured:
     """One series' figures from ``records``.
 
@@ -261,26 +280,25 @@ def measure(records: Any, series: Mapping[str, Any], *, where: str = "the record
     Raises:
         AdviceError: naming ``where``, the series and the record that is missing.
     """
-    name = f"{where} (series {describe_series(series)})"
     step_rows = rows_of(records, series, STEP_METRIC)
     step_rows = step_rows[step_rows["value"].notna()]
     with_comm = _masked(step_rows, lambda labels: labels.get(COMM_LABEL) == WITH_COMM)["value"]
     no_comm = _masked(step_rows, lambda labels: labels.get(COMM_LABEL) == NO_COMM)["value"]
     if with_comm.empty or no_comm.empty:
-        raise AdviceError(f"{name}: needs '{STEP_METRIC}' records with {COMM_LABEL}={WITH_COMM} and "
-                          f"{COMM_LABEL}={NO_COMM} (the step with and without communication)")
+        raise AdviceError(where, f"needs '{STEP_METRIC}' records with {COMM_LABEL}={WITH_COMM} and "
+                                 f"{COMM_LABEL}={NO_COMM} (the step with and without communication)", series)
     step, compute = _median(with_comm), _median(no_comm)
     if not (step > 0 and compute > 0):
-        raise AdviceError(f"{name}: the median step ({step!r} s) and no-op step ({compute!r} s) must be positive")
+        raise AdviceError(where, f"the median step ({step!r} s) and no-op step ({compute!r} s) must be positive",
+                          series)
     syncs_rows = rows_of(records, series, SYNCS_METRIC)["value"].dropna()
     syncs = _median(syncs_rows) if len(syncs_rows) else 1.0
     if not syncs > 0:
-        raise AdviceError(f"{name}: {syncs:g} synchronisations per step; the advisor needs at least one")
+        raise AdviceError(where, f"{syncs:g} synchronisations per step; the advisor needs at least one", series)
     alone_rows = rows_of(records, series, ALONE_METRIC)["value"].dropna()
-    layout, layout_source = _layout(records, series, name)
-    nodes, per_node, ranks_source = _ranks(records, series)
+    layout, layout_source = _layout(records, series, where)
+    nodes, per_node, ranks_source = ranks_of(records, series)
     rate, rate_source = _link_rate(records, series)
-    backend_rows = records[records["metric"] == BACKEND_METRIC]["text"].dropna()
     plain = rows_of(records, series, PLAIN_FRACTION_METRIC)["value"].dropna()
     sources = {"step": f"median of {len(with_comm)} '{STEP_METRIC}' records, {COMM_LABEL}={WITH_COMM}",
                "compute": f"median of {len(no_comm)} '{STEP_METRIC}' records, {COMM_LABEL}={NO_COMM} (no-op hook)",
@@ -293,7 +311,7 @@ def measure(records: Any, series: Mapping[str, Any], *, where: str = "the record
     return Measured(series=dict(series), step_s=step, compute_s=compute, steps=int(min(len(with_comm), len(no_comm))),
                     syncs_per_step=syncs, sync_alone_s=_median(alone_rows) if len(alone_rows) else None,
                     layout=layout, nodes=nodes, ranks_per_node=per_node,
-                    backend=str(backend_rows.iloc[0]) if len(backend_rows) else "gloo", link_rate_bps=rate,
+                    backend=backend_of(records), link_rate_bps=rate,
                     plain_fraction=float(plain.iloc[0]) if len(plain) else 0.0, sources=sources)
 
 
@@ -306,5 +324,5 @@ def finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-__all__ = ["AdviceError", "Figure", "Measured", "compatible", "describe_series", "find_series", "labels_of",
-           "measure", "probe_rows", "rows_of"]
+__all__ = ["AdviceError", "Figure", "Measured", "backend_of", "compatible", "describe_series", "find_series",
+           "labels_of", "measure", "probe_rows", "ranks_of", "rows_of"]

@@ -1,6 +1,6 @@
 """The link a series ran on, as the scale model's :class:`~hpcbench.scale.platforms.Platform`, and its two terms.
 
-Two ways to get it, in this order:
+Three ways to get it, in this order:
 
 1. **fitted** — the series has collectives-style probe rows (``time`` per op, size and group):
    :func:`~hpcbench.scale.alpha_beta.fit_from_collectives` fits alpha and beta per group and
@@ -10,7 +10,12 @@ Two ways to get it, in this order:
    synchronisation leaves after the byte term, spread over the latency steps of its buckets'
    ring all-reduces (:func:`hpcbench.scale.algorithms.ring_allreduce`). The intra-node link
    is then taken to cost latency only (loopback or NVLink is not the bottleneck): the
-   topology-aware prediction is optimistic by what its intra-node bytes cost.
+   topology-aware prediction is optimistic by what its intra-node bytes cost;
+3. **fitted** from another task of the same run (:class:`ProbeSet`, :func:`probe_sets`): a task that
+   measured collectives and nothing the advisor advises on, on the same nodes x ranks per node
+   and backend as the series (a suite that runs ``collectives`` beside its training tasks, as the
+   demo does). The layout must match: a world group's fit holds its world size, and an inter-node
+   fit the number of ranks sharing each node's link.
 
 The split of one synchronisation into a latency term (alpha x steps) and a byte term
 (beta x bytes) is :func:`terms`: the scale model's own stage prices
@@ -21,8 +26,10 @@ coefficient set to zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
-from hpcbench.advise.figures import GRAD_ELEM_BYTES, AdviceError, Figure, Measured, describe_series, probe_rows
+from hpcbench.advise.figures import (GRAD_ELEM_BYTES, AdviceError, Figure, Measured, backend_of, find_series,
+                                     labels_of, probe_rows, ranks_of)
 from hpcbench.core.errors import ConfigError
 from hpcbench.scale.alpha_beta import fit_from_collectives
 from hpcbench.scale.platforms import LinkModel, Platform, emulated_cluster
@@ -91,34 +98,120 @@ def terms(measured: Measured, platform: Platform) -> tuple[float, float]:
     return latency, byte
 
 
-def link_of(records, measured: Measured, *, where: str = "the records") -> LinkEstimate:
-    """The series' link: fitted from its probe rows, else inferred from its shaped rate (module docstring).
+@dataclass(frozen=True)
+class ProbeSet:
+    """Collectives-style probe rows that tasks of a run measured apart from any series, and where they ran."""
+
+    name: str
+    """the tasks' experiment and variant (repetitions of one variant are pooled)"""
+    tasks: tuple[str, ...]
+    nodes: int
+    ranks_per_node: int
+    backend: str
+    rows: Any
+    """the ``time`` rows with op, size_bytes, group and group_ranks labels"""
+
+    @property
+    def layout(self) -> str:
+        return f"{self.nodes} x {self.ranks_per_node} {self.backend}"
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.layout}; task{'s' if len(self.tasks) > 1 else ''} {', '.join(self.tasks)})"
+
+
+def probe_sets(records_by_task: Mapping[str, Any]) -> list[ProbeSet]:
+    """The run's probe rows that belong to no series, one :class:`ProbeSet` per experiment and variant.
+
+    A task with a series of its own keeps its probe rows to itself: they were measured on that
+    series' link (the ``advisor`` experiment's phases each shape a different one).
+
+    Args:
+        records_by_task: task id -> that task's records (every task of one run).
+    """
+    import pandas as pd
+
+    grouped: dict[tuple[str, str], list[tuple[str, Any, Any]]] = {}
+    for task_id, records in sorted(records_by_task.items()):
+        if records is None or records.empty or find_series(records):
+            continue
+        rows = probe_rows(records, {})
+        if rows.empty:
+            continue
+        key = (str(records["experiment"].iloc[0]), str(records["variant"].iloc[0]))
+        grouped.setdefault(key, []).append((task_id, records, rows))
+    out = []
+    for (experiment, variant), tasks in sorted(grouped.items()):
+        by_layout: dict[tuple[int, int, str], list[tuple[str, Any]]] = {}
+        for task_id, records, rows in tasks:
+            nodes, per_node, _ = ranks_of(records, {})
+            by_layout.setdefault((nodes, per_node, backend_of(records)), []).append((task_id, rows))
+        for (nodes, per_node, backend), members in sorted(by_layout.items()):
+            out.append(ProbeSet(f"{experiment}.{variant}", tuple(t for t, _ in members), nodes, per_node, backend,
+                                pd.concat([r for _, r in members], ignore_index=True)))
+    return out
+
+
+def _sizes(probe: ProbeSet) -> int:
+    return probe.rows["labels"].map(lambda t: labels_of(t).get("size_bytes")).nunique()
+
+
+def _fitted(probes: Any, measured: Measured, source: str) -> LinkEstimate:
+    """The platform fitted from ``probes`` and its figures; ConfigError when they give no inter-node fit."""
+    fits = fit_from_collectives(probes)
+    platform = non_negative(emulated_cluster(fits, ranks_per_node=measured.ranks_per_node, name="this run's link"))
+    # the fit the baseline's flat ring is priced with (a world fit), else the inter-node one
+    shown = (fits.get(("all_reduce", "world")) or fits.get(("all_reduce", "inter_node"))
+             or next(iter(fits.values())))
+    figures = (Figure("alpha (latency per step)", max(0.0, shown.alpha_s), "s",
+                      f"fitted{source}: {shown.op} on the {shown.level} group, {shown.n} sizes, "
+                      f"{shown.alpha_s:.3g} +- {shown.alpha_err:.2g} s, r2 {shown.r2:.3f} (below 0: taken as 0)"),
+               Figure("link bandwidth", shown.bandwidth_Bps, "B/s",
+                      f"fitted{source}: 1 / beta, {shown.op} on the {shown.level} group (beta <= 0: no limit seen)"))
+    return LinkEstimate(platform, "fitted", figures)
+
+
+def _from_the_run(measured: Measured, run_probes: Sequence[ProbeSet]) -> tuple[LinkEstimate | None, str]:
+    """The link fitted from the run's probe set on the series' layout (the one with most sizes), or why none."""
+    want = (measured.nodes, measured.ranks_per_node, measured.backend)
+    same = sorted((p for p in run_probes if (p.nodes, p.ranks_per_node, p.backend) == want),
+                  key=lambda p: (-_sizes(p), -len(p.rows), p.name))
+    why = []
+    for probe in same:
+        try:
+            return _fitted(probe.rows, measured, f" from the run's {probe.describe()}"), ""
+        except ConfigError as exc:
+            why.append(f"{probe.name} gives no inter-node fit ({exc})")
+    layout = f"{measured.nodes} x {measured.ranks_per_node} {measured.backend}"
+    if why:
+        return None, "the run's collectives-style tasks on its layout give no fit: " + "; ".join(why)
+    if run_probes:
+        others = ", ".join(sorted({f"{p.name} {p.layout}" for p in run_probes}))
+        return None, f"no collectives-style task of the run ran on its layout, {layout} (they ran: {others})"
+    return None, "the run holds no collectives-style task either"
+
+
+def link_of(records, measured: Measured, *, where: str = "the records",
+            run_probes: Sequence[ProbeSet] = ()) -> LinkEstimate:
+    """The series' link: fitted from its probe rows, else inferred from its shaped rate, else fitted from the
+    run's probe tasks on its layout (module docstring).
+
+    Args:
+        records: the series' launch.
+        measured: the series' figures.
+        where: names the records in errors.
+        run_probes: the run's probe rows that belong to no series (:func:`probe_sets`).
 
     Raises:
-        AdviceError: neither probe rows that fit an inter-node link nor a link rate; the message
-            names ``where``, the series and what would do.
+        AdviceError: none of the three; the reason names what each lacked and what would do, worded
+            the same for every series of one layout, so a run's refusals group.
     """
-    name = f"{where} (series {describe_series(measured.series)})"
     why_not_fitted = "it has no collectives-style 'time' rows (op, size_bytes, group, group_ranks)"
     probes = probe_rows(records, measured.series)
     if len(probes):
         try:
-            fits = fit_from_collectives(probes)
-            platform = non_negative(emulated_cluster(fits, ranks_per_node=measured.ranks_per_node,
-                                                     name="this run's link"))
+            return _fitted(probes, measured, "")
         except ConfigError as exc:
             why_not_fitted = f"its probe rows give no inter-node fit ({exc})"
-        else:
-            # the fit the baseline's flat ring is priced with (a world fit), else the inter-node one
-            shown = (fits.get(("all_reduce", "world")) or fits.get(("all_reduce", "inter_node"))
-                     or next(iter(fits.values())))
-            figures = (Figure("alpha (latency per step)", max(0.0, shown.alpha_s), "s",
-                              f"fitted: {shown.op} on the {shown.level} group, {shown.n} sizes, "
-                              f"{shown.alpha_s:.3g} +- {shown.alpha_err:.2g} s, r2 {shown.r2:.3f} "
-                              f"(below 0: taken as 0)"),
-                       Figure("link bandwidth", shown.bandwidth_Bps, "B/s",
-                              f"fitted: 1 / beta, {shown.op} on the {shown.level} group (beta <= 0: no limit seen)"))
-            return LinkEstimate(platform, "fitted", figures)
     if measured.link_rate_bps:
         beta = BITS_PER_BYTE / measured.link_rate_bps
         bytes_only = Platform(name="shaped link", device_name="cpu (emulated cluster)",
@@ -135,9 +228,14 @@ def link_of(records, measured: Measured, *, where: str = "the records") -> LinkE
                    Figure("link bandwidth", measured.link_rate_bps / BITS_PER_BYTE, "B/s",
                           f"the shaped rate ({measured.sources['link_rate']})"))
         return LinkEstimate(platform, "inferred", figures)
-    raise AdviceError(f"{name}: cannot tell the byte term from the latency term: {why_not_fitted}, and no link rate "
-                      f"was recorded ('link_rate_bps' or 'fact.link_rate_bps'); run it on the emulated cluster or "
-                      f"with a collectives-style probe")
+    found, why_not_run = _from_the_run(measured, run_probes)
+    if found is not None:
+        return found
+    raise AdviceError(where, f"cannot tell the byte term from the latency term: {why_not_fitted}, no link rate was "
+                             f"recorded ('link_rate_bps' or 'fact.link_rate_bps'), and {why_not_run}; run a "
+                             f"collectives task on the same nodes x ranks per node in the same suite, or run it on "
+                             f"the emulated cluster", measured.series)
 
 
-__all__ = ["BASELINE_MODE", "LinkEstimate", "bucket_context", "link_of", "non_negative", "terms"]
+__all__ = ["BASELINE_MODE", "LinkEstimate", "ProbeSet", "bucket_context", "link_of", "non_negative", "probe_sets",
+           "terms"]

@@ -14,7 +14,8 @@ series' buckets (their count and total bytes) for every option; the overlapped s
 baseline measured, for every option; no codec time for the compression (it is compute the
 model does not see: the prediction is an upper bound of its gain).
 
-:func:`advise_run` does it for every task of a run folder; :func:`format_advice` prints it.
+:func:`advise_run` does it for every task of a run folder (:func:`collect_run_advice` also says which
+tasks it skipped and why, one reason once with its tasks); :func:`format_advice` prints it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from hpcbench.advise.classify import Classification, classify
 from hpcbench.advise.figures import (GRAD_ELEM_BYTES, AdviceError, Figure, Measured, describe_series, find_series,
                                      measure)
-from hpcbench.advise.link import BASELINE_MODE, LinkEstimate, link_of, terms
+from hpcbench.advise.link import BASELINE_MODE, LinkEstimate, ProbeSet, link_of, probe_sets, terms
 from hpcbench.advise.thresholds import THRESHOLDS, Thresholds
 from hpcbench.core.facts import GUIDE_C9_MICRO_STEPS
 from hpcbench.core.registry import Registry
@@ -165,7 +166,7 @@ def advise_measured(measured: Measured, link: LinkEstimate, *, where: str,
 
 
 def advise(records: Any, *, series: Mapping[str, Any] | None = None, where: str = "the records",
-           thresholds: Thresholds = THRESHOLDS) -> Advice:
+           thresholds: Thresholds = THRESHOLDS, run_probes: Sequence[ProbeSet] = ()) -> Advice:
     """C14's advice for the one series of ``records`` (that matches ``series``, when given).
 
     Args:
@@ -173,6 +174,8 @@ def advise(records: Any, *, series: Mapping[str, Any] | None = None, where: str 
         series: labels selecting a series when the records hold several (a subset of its labels).
         where: names the records in messages (a task folder, a file).
         thresholds: see :class:`~hpcbench.advise.thresholds.Thresholds`.
+        run_probes: probe rows other tasks of the run measured (:func:`hpcbench.advise.link.probe_sets`),
+            for a series with neither probe rows nor a link rate of its own.
 
     Returns:
         The :class:`Advice`.
@@ -186,28 +189,124 @@ def advise(records: Any, *, series: Mapping[str, Any] | None = None, where: str 
         found = [s for s in found if all(s.get(k) == v for k, v in series.items())]
     if not found:
         wanted = f" matching {describe_series(series)}" if series else ""
-        raise AdviceError(f"{where}: no series{wanted} with 'step_time' records both with communication "
-                          f"(comm=mode) and under the no-op hook (comm=noop); the advisor needs both")
+        raise AdviceError(where, f"no series{wanted} with 'step_time' records both with communication "
+                                 f"(comm=mode) and under the no-op hook (comm=noop); the advisor needs both")
     if len(found) > 1:
         listed = "; ".join(describe_series(s) for s in found)
-        raise AdviceError(f"{where}: {len(found)} series ({listed}); choose one (series=...)")
+        raise AdviceError(where, f"{len(found)} series ({listed}); choose one (series=...)")
     measured = measure(records, found[0], where=where)
-    return advise_measured(measured, link_of(records, measured, where=where), where=where, thresholds=thresholds)
+    return advise_measured(measured, link_of(records, measured, where=where, run_probes=run_probes), where=where,
+                           thresholds=thresholds)
 
 
-def advise_all(records: Any, *, where: str, thresholds: Thresholds = THRESHOLDS) -> tuple[list[Advice], list[str]]:
+def advise_all(records: Any, *, where: str, thresholds: Thresholds = THRESHOLDS,
+               run_probes: Sequence[ProbeSet] = ()) -> tuple[list[Advice], list[AdviceError]]:
     """An advice for every usable series of one launch's records, and why the others were not usable."""
     advices, problems = [], []
     found = find_series(records)
     if not found:
-        return [], [f"{where}: no series with 'step_time' records both with communication (comm=mode) and under "
-                    f"the no-op hook (comm=noop)"]
+        return [], [AdviceError(where, "no series with 'step_time' records both with communication (comm=mode) and "
+                                       "under the no-op hook (comm=noop)")]
     for s in found:
         try:
-            advices.append(advise(records, series=s, where=where, thresholds=thresholds))
+            advices.append(advise(records, series=s, where=where, thresholds=thresholds, run_probes=run_probes))
         except AdviceError as exc:
-            problems.append(str(exc))
+            problems.append(exc)
     return advices, problems
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A task (or some of its series) the advisor could not use, and why."""
+
+    task: str
+    state: str
+    reason: str
+    series: int = 0
+    """series of the task the reason applies to (0: the task as a whole)"""
+
+
+@dataclass(frozen=True)
+class RunAdvice:
+    """Everything :func:`advise_run` found in a run: the advices, and what it had to skip."""
+
+    run_dir: Path
+    advices: list[Advice]
+    skipped: list[Skipped]
+
+    def skipped_by_reason(self) -> dict[str, list[Skipped]]:
+        """The skipped tasks grouped by their reason, in order of first appearance."""
+        out: dict[str, list[Skipped]] = {}
+        for s in self.skipped:
+            out.setdefault(s.reason, []).append(s)
+        return out
+
+    def describe_skipped(self) -> str:
+        """One line per distinct reason, then the tasks it applies to, indented under it."""
+        lines = []
+        for reason, tasks in self.skipped_by_reason().items():
+            lines.append(f"  {reason}:")
+            for t in tasks:
+                series = f", {t.series} series" if t.series else ""
+                lines.append(f"    {t.task} (task {t.state}{series})")
+        return "\n".join(lines)
+
+    def refused(self) -> AdviceError:
+        """The error of a run the advisor can use nothing of: each reason once, its tasks under it."""
+        detail = self.describe_skipped() or f"  {self.run_dir / 'tasks'} holds no task folder"
+        return AdviceError(str(self.run_dir), "nothing the advisor can use:\n" + detail)
+
+
+def collect_run_advice(run_dir: str | Path, *, task: str | None = None,
+                       thresholds: Thresholds = THRESHOLDS) -> RunAdvice:
+    """Advice for every task (and series) of a run folder, and every task or series skipped with its reason.
+
+    A series with neither probe rows nor a link rate of its own is priced on the link the run's
+    collectives-style tasks measured on its layout (:func:`hpcbench.advise.link.probe_sets`); with
+    ``task``, the other tasks are still read for that.
+
+    Raises:
+        HpcbenchError: not a run folder (naming the file at fault); AdviceError: no task ``task``.
+    """
+    import pandas as pd
+
+    from hpcbench.core.results import find_record_files, read_records
+    from hpcbench.run.rundir import load_run, read_statuses
+
+    run_dir = Path(run_dir)
+    load_run(run_dir)  # refuses a folder that is not a run, naming what is missing
+    statuses = {s.task_id: s for s in read_statuses(run_dir)}
+    task_dirs = sorted(p for p in (run_dir / "tasks").glob("*") if p.is_dir())
+    if task is not None and not any(p.name == task for p in task_dirs):
+        known = ", ".join(sorted(statuses)) or "(none)"
+        raise AdviceError(str(run_dir), f"no task {task!r}; tasks: {known}")
+    records: dict[str, Any] = {}
+    for folder in task_dirs:
+        files = find_record_files(folder / "records")
+        records[folder.name] = pd.concat([read_records(p) for p in files], ignore_index=True) if files else None
+    run_probes = probe_sets(records)
+    # a task of probe rows only has no series to advise on, but it is not useless: say what it is for
+    probe_of = {t: p for p in run_probes for t in p.tasks}
+    advices: list[Advice] = []
+    skipped: list[Skipped] = []
+    for folder in task_dirs:
+        if task is not None and folder.name != task:
+            continue
+        state = statuses[folder.name].state if folder.name in statuses else "unknown"
+        if records[folder.name] is None:
+            skipped.append(Skipped(folder.name, state, "no records"))
+            continue
+        found, problems = advise_all(records[folder.name], where=f"{folder} (task {state})", thresholds=thresholds,
+                                     run_probes=run_probes)
+        advices += found
+        if not found and folder.name in probe_of:
+            problems = [AdviceError(str(folder), f"no series of its own; its collectives-style rows give the link of "
+                                                 f"the run's series on {probe_of[folder.name].layout} ranks")]
+        per_reason: dict[str, int] = {}
+        for p in problems:
+            per_reason[p.reason] = per_reason.get(p.reason, 0) + (p.series is not None)
+        skipped += [Skipped(folder.name, state, reason, n) for reason, n in per_reason.items()]
+    return RunAdvice(run_dir, advices, skipped)
 
 
 def advise_run(run_dir: str | Path, *, task: str | None = None,
@@ -220,38 +319,12 @@ def advise_run(run_dir: str | Path, *, task: str | None = None,
 
     Raises:
         HpcbenchError: not a run folder (naming the file at fault); AdviceError: no task (or not
-            ``task``) has usable records, with each task's reason.
+            ``task``) has usable records, with the reasons, each once, and the tasks under it.
     """
-    import pandas as pd
-
-    from hpcbench.core.results import find_record_files, read_records
-    from hpcbench.run.rundir import load_run, read_statuses
-
-    run_dir = Path(run_dir)
-    load_run(run_dir)  # refuses a folder that is not a run, naming what is missing
-    statuses = {s.task_id: s for s in read_statuses(run_dir)}
-    task_dirs = sorted(p for p in (run_dir / "tasks").glob("*") if p.is_dir())
-    if task is not None:
-        task_dirs = [p for p in task_dirs if p.name == task]
-        if not task_dirs:
-            known = ", ".join(sorted(statuses)) or "(none)"
-            raise AdviceError(f"{run_dir}: no task {task!r}; tasks: {known}")
-    advices: list[Advice] = []
-    problems: list[str] = []
-    for folder in task_dirs:
-        files = find_record_files(folder / "records")
-        state = statuses[folder.name].state if folder.name in statuses else "unknown"
-        if not files:
-            problems.append(f"{folder}: no records (task {state})")
-            continue
-        records = pd.concat([read_records(p) for p in files], ignore_index=True)
-        found, why = advise_all(records, where=f"{folder} (task {state})", thresholds=thresholds)
-        advices += found
-        problems += why
-    if not advices:
-        detail = "; ".join(problems) or f"{run_dir / 'tasks'} holds no task folder"
-        raise AdviceError(f"{run_dir}: nothing the advisor can use: {detail}")
-    return advices
+    found = collect_run_advice(run_dir, task=task, thresholds=thresholds)
+    if not found.advices:
+        raise found.refused()
+    return found.advices
 
 
 def _value(f: Figure) -> str:
@@ -292,5 +365,5 @@ def advice_json(advices: list[Advice]) -> str:
     return json.dumps([a.as_dict() for a in advices], indent=2, default=str)
 
 
-__all__ = ["Advice", "OVERLAP_MICRO_STEPS", "Option", "TECHNIQUES", "Technique", "advice_json", "advise",
-           "advise_all", "advise_measured", "advise_run", "format_advice", "options"]
+__all__ = ["Advice", "OVERLAP_MICRO_STEPS", "Option", "RunAdvice", "Skipped", "TECHNIQUES", "Technique", "advice_json",
+           "advise", "advise_all", "advise_measured", "advise_run", "collect_run_advice", "format_advice", "options"]

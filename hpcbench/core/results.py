@@ -14,6 +14,8 @@ Every experiment, every rank, every repetition writes rows of the same shape::
   absent ("not applicable: ..."), in which case ``value`` is NaN. Nothing is
   ever faked to fill a number.
 * Raw samples are kept (one row per iteration); statistics are the aggregator's job.
+* A ``text`` naming a file of the run (unit ``path``) holds it relative to the run
+  directory, so that a run directory can be moved (:func:`stored_path`).
 
 Each writer owns one Parquet file and writes it atomically (temporary file in the
 same directory, fsync, rename), so parallel tasks and ranks never clobber each other
@@ -65,6 +67,11 @@ SCHEMA = pa.schema(
 )
 COLUMNS = SCHEMA.names
 RECORDS_SUBDIR = "records"
+#: A run directory holds one folder per task here: ``RUN/tasks/<task id>/records/*.parquet``.
+TASKS_SUBDIR = "tasks"
+#: The ``unit`` of a text row whose ``text`` is a path of a file of the run (a profiler trace),
+#: stored by :func:`stored_path` and read back by :func:`resolve_stored_path`.
+PATH_UNIT = "path"
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,60 @@ def find_record_files(root: str | os.PathLike) -> list[Path]:
     """All ``*.parquet`` files below ``root`` (temporary files are skipped)."""
     root = Path(root)
     return sorted(p for p in root.rglob("*.parquet") if not p.name.startswith("."))
+
+
+# -- paths of the run's files in rows ------------------------------------------------
+#
+# A row that names a file of the run (a rank's profiler trace) stores its path relative to the
+# run directory, with ``/`` separators (``tasks/comm_modes.default.r0/trace/0.json``): the run
+# directory may be moved or copied to another machine before the report is built, and an
+# absolute path would name the old place. Rows written before this convention hold absolute
+# paths; :func:`resolve_stored_path` reads both.
+
+def run_dir_of(records_file: str | os.PathLike) -> Path:
+    """The run directory a records file belongs to (absolute).
+
+    ``RUN/tasks/<task>/records/<file>.parquet`` gives ``RUN``; a task folder outside a run
+    (a notebook run by hand into ``OUT/records/``) is its own run directory, ``OUT``.
+    """
+    folder = Path(os.path.abspath(records_file)).parent
+    task = folder.parent if folder.name == RECORDS_SUBDIR else folder
+    return task.parent.parent if task.parent.name == TASKS_SUBDIR else task
+
+
+def stored_path(path: str | os.PathLike, records_file: str | os.PathLike) -> str:
+    """``path`` as a row stores it: relative to the run directory of ``records_file`` (see
+    :func:`run_dir_of`), ``/``-separated; absolute when it lies outside that directory (a trace
+    written to a scratch folder), since no relative path would survive a move then either.
+
+    Args:
+        path: a file the writer's task wrote.
+        records_file: the writer's records file (``RecordWriter.path``).
+    """
+    # Resolved both: a run directory reached through a symbolic link still contains its files.
+    path = Path(path).resolve()
+    run_dir = run_dir_of(Path(records_file).resolve())
+    return path.relative_to(run_dir).as_posix() if path.is_relative_to(run_dir) else str(path)
+
+
+def resolve_stored_path(stored: str | os.PathLike, run_dir: str | os.PathLike) -> Path:
+    """Where the file a row names is now, given the run directory as it is now (absolute).
+
+    A relative path (:func:`stored_path`) lies under ``run_dir``. An absolute one (rows written
+    before paths were stored relative, or a file outside the run) is looked for under
+    ``run_dir`` first, by the part of it below the run directory's name (the run was moved or
+    copied since); otherwise it is returned as recorded. Whether the file exists is the
+    caller's question.
+    """
+    run_dir = Path(os.path.abspath(run_dir))
+    path = Path(stored)
+    if not path.is_absolute():
+        return run_dir / path
+    parts = path.parts
+    for i in range(len(parts) - 2, 0, -1):  # the deepest match first; parts[0] is "/"
+        if parts[i] == run_dir.name and (moved := run_dir.joinpath(*parts[i + 1:])).exists():
+            return moved
+    return path
 
 
 def empty_frame() -> pd.DataFrame:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hpcbench.core.errors import ResultsError
-from hpcbench.core.results import RECORDS_SUBDIR
+from hpcbench.core.results import PATH_UNIT, RECORDS_SUBDIR, stored_path
 from hpcbench.diag.divergence import check_same_start, tf32_state
 from hpcbench.diag.step_breakdown import StepTimer
 from hpcbench.diag.trace import profile_steps, trace_summary
@@ -133,7 +133,9 @@ def record_trace(writer: Any, step: Callable[[StepTimer], Any], *, device: Any, 
     Returns:
         The trace file, or None when none was written (a ``trace_file`` row says why).
 
-    Rows: ``trace_file`` (text: the path), ``trace_gap_seconds``, ``trace_gap_largest_seconds``,
+    Rows: ``trace_file`` (unit ``path``, text: the path relative to the run directory, see
+    :func:`hpcbench.core.results.stored_path`; unit ``""`` with why when none), ``trace_gap_seconds``,
+    ``trace_gap_largest_seconds``,
     ``trace_idle_fraction`` (label ``basis``: GPU kernel gaps, or gaps between top-level CPU
     operators) and ``trace_op_self_seconds`` per top operator (self time per profiled step).
     """
@@ -148,7 +150,7 @@ def record_trace(writer: Any, step: Callable[[StepTimer], Any], *, device: Any, 
         writer.add("trace_file", None, "", labels=labels, text=f"not written: {prof.error or 'profiler saw no step'}")
         return None
     path = prof.paths[0]
-    writer.add("trace_file", None, "", labels=labels, text=str(path))
+    writer.add("trace_file", None, PATH_UNIT, labels=labels, text=stored_path(path, writer.path))
     try:
         summary = trace_summary(path, top=TRACE_TOP_OPS)
     except ResultsError as exc:  # local to this rank: raising would leave the others in a collective

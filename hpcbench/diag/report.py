@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from hpcbench.core.results import PATH_UNIT
 from hpcbench.diag.step_breakdown import OTHER, PHASES
 from hpcbench.report.kit import Cell, Table, file_link, fmt_number, pick
 
@@ -147,8 +148,8 @@ def divergence_table(stats: pd.DataFrame, text: pd.DataFrame, *, id: str, label:
 
 
 def trace_table(text: pd.DataFrame, *, id: str, profiled: Sequence[str]) -> Table | None:
-    """Links to every rank's ``torch.profiler`` trace (:func:`~hpcbench.report.kit.file_link`: copied into the
-    report folder when the report is written).
+    """Links to every rank's ``torch.profiler`` trace (:func:`~hpcbench.report.kit.file_link`, optional:
+    copied into the report folder when the report is written with ``--traces``).
 
     Args:
         text: the text rows (``trace_file``).
@@ -161,10 +162,12 @@ def trace_table(text: pd.DataFrame, *, id: str, profiled: Sequence[str]) -> Tabl
     rows = []
     for r in traces.sort_values(["source", "node", "rank"]).to_dict("records"):
         where = str(r["text"])
-        path = Path(where)
-        # The report writer copies the file into the report folder (files/<source>/<task>/) and links the copy.
-        link = (file_link(path, folder=(str(r["source"]), str(r.get("task_id", ""))))
-                if path.is_absolute() else Cell(where))
+        # A path relative to the run directory, or an absolute one from records written before paths
+        # were stored relative; anything else is why no trace was written. The report writer finds the
+        # file under the source's run directory (the first part of the folder) and copies it.
+        is_path = r.get("unit") == PATH_UNIT or Path(where).is_absolute()
+        link = (file_link(where, folder=(str(r["source"]), str(r.get("task_id", ""))), optional=True)
+                if is_path else Cell(where))
         what = " / ".join(str(r[c]) for c in profiled if c in r and r[c] == r[c] and r[c] is not None)
         rows.append([Cell(str(r["source"])), Cell(str(r["node"])), Cell(str(r["rank"])), Cell(what), link])
     return Table(columns=["source", "node", "rank", "profiled", "trace"], rows=rows, id=id,

@@ -12,7 +12,9 @@ or a torchtitan experiment folder does:
 * ``plot.py``, ``present.py`` — the notebook's figure and the report's section;
 * ``rules.py``   — the verdict rules, by claim id, reading the summaries of all launches;
 * ``__init__.py`` — ``SPEC = Experiment(...)``, registered on import, and the experiment's
-  ``estimate(cfg) -> Estimate``: memory and time of one task, from its config alone.
+  ``estimate(cfg) -> Estimate``: memory and time of one task, from its config alone; and, when
+  the defaults take minutes, ``TOY``: the parameter overrides of a functional run of seconds
+  (``hpcbench run NAME --toy``).
 
 Shared modules (runner, report, ledger) know experiments only through
 :data:`EXPERIMENTS`; every package below this one is imported by :func:`load_all`, so
@@ -139,10 +141,12 @@ class Experiment:
     """One task's records -> its summary frame (see the module docstring)."""
     rules: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Claim id -> rule(claim, evidence) -> :class:`hpcbench.report.ledger.Judgement`."""
-    predictions: Mapping[str, Callable[..., str]] = field(default_factory=dict)
-    """Claim id -> predictor(claim, evidence) -> text: what the experiment's model predicts at the guide's
-    scale (the ledger's predicted column). A claim may be ruled by one experiment and predicted by another;
-    the evidence is the predicting experiment's own, possibly with no launches."""
+    predictions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    """Claim id -> predictor(claim, evidence) -> text, or an object with ``describe()`` (the text) and
+    ``headline`` (one number and its main assumption, for the ledger's summary row): what the experiment's
+    model predicts at the guide's scale (the ledger's predicted column). A claim may be ruled by one
+    experiment and predicted by another; the evidence is the predicting experiment's own, possibly with
+    no launches."""
     context_claims: tuple[str, ...] = ()
     """Claims the experiment informs without judging them (C16's inventory)."""
     regimes: Mapping[str, Any] = field(default_factory=dict)
@@ -157,6 +161,11 @@ class Experiment:
     resources: Callable[[Any], Resources] = single_process
     estimate: Callable[[Any], Estimate] = baseline_estimate
     """config -> :class:`Estimate` of one task: what the runner checks against the machine's limits."""
+    toy: Mapping[str, Any] = field(default_factory=dict)
+    """Parameter overrides that shrink one task to a functional run of seconds on 2 cores, for
+    ``hpcbench run NAME --toy`` and the test that runs every experiment: only what differs from the
+    defaults, each valid for :attr:`config`; empty when the defaults are that cheap already. A toy
+    run checks that the experiment works end to end; its numbers mean nothing."""
 
     @property
     def claims(self) -> tuple[str, ...]:

@@ -25,10 +25,11 @@ import pandas as pd
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import COLUMNS, empty_frame
 from hpcbench.report.aggregate import Aggregate, Source, aggregate, check_sources, load_sources, print_warning
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, file_link, fmt_number, gate_table,
-                                 page_template, png_of, present_stats, rank_binding_table, slug, split_binding_rows)
+from hpcbench.report.kit import (Cell, ExperimentData, Section, Table, file_link, gate_table, page_template,
+                                 present_stats, rank_binding_table, slug, split_binding_rows)
+from hpcbench.report.ledger_page import ledger_section
 from hpcbench.report.publish import report_manifest, write_report_manifest
-from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, replacing_report_folder
+from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, dask_slurm_log_dir, replacing_report_folder
 
 if TYPE_CHECKING:
     from hpcbench.report.dask_slurm import DaskSlurmConfig
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, scheduler: str | None = None,
                  dask_slurm: DaskSlurmConfig | None = None, files_per_partition: int = 25,
                  title: str | None = None, progress: Callable[[str], None] = print,
-                 warn: Callable[[str], None] = print_warning) -> Path:
+                 warn: Callable[[str], None] = print_warning, traces: bool = False) -> Path:
     """Write ``out_dir/index.html``, the report of ``run_dirs`` side by side.
 
     The report is written into a hidden sibling of ``out_dir`` and swapped in whole at the
@@ -52,13 +53,16 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
         scheduler: address of a running dask scheduler to use; None starts a local
             cluster for the duration of the call.
         dask_slurm: start the dask workers as SLURM jobs instead (dask-jobqueue; see
-            :mod:`hpcbench.report.dask_slurm`); their logs go to ``out_dir/dask-slurm``
-            unless its ``log_directory`` says otherwise.
+            :mod:`hpcbench.report.dask_slurm`); their logs go beside ``out_dir``, never into it
+            (:func:`~hpcbench.report.report_folder.dask_slurm_log_dir`), unless its
+            ``log_directory`` says otherwise.
         files_per_partition: records files read by one dask task.
         title: the page title (default: names the sources).
         progress: receives short progress lines.
         warn: receives warnings (a run dir given twice, one whose tasks have no records
             yet); default: printed to stderr.
+        traces: copy the ranks' profiler traces into the report too (a few MiB each); by
+            default their cells say how to include them. A failed task's notebook is always copied.
 
     Returns:
         The path of ``index.html``.
@@ -79,14 +83,14 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
     raw_experiments = _raw_experiments()
     with replacing_report_folder(out, warn) as building:
         if dask_slurm is not None and not dask_slurm.log_directory:
-            dask_slurm = dataclasses.replace(dask_slurm, log_directory=str(building / "dask-slurm"))
+            dask_slurm = dataclasses.replace(dask_slurm, log_directory=str(dask_slurm_log_dir(out)))
         with _dask_client(scheduler, dask_slurm, progress) as client:
             agg = aggregate(sources, client, files_per_partition, raw_experiments=raw_experiments,
                             progress=progress)
         # Resolved here so that the page and report.json carry the same title.
         title = title or "hpcbench report: " + ", ".join(agg.labels)
         ledger = evaluate_ledger(agg, claims)
-        files = LinkedFiles(building, [s.run_dir for s in agg.sources])
+        files = LinkedFiles(building, {s.label: s.run_dir for s in agg.sources}, traces=traces)
         html = render(agg, claims=claims, title=title, ledger=ledger, files=files)
         if files.copies:
             progress(f"report: copied {len(files.copies)} linked file(s), {files.copied_bytes / (1 << 20):.1f} MiB, "
@@ -215,158 +219,6 @@ def _raw_experiments() -> list[str]:
     return sorted(wanted)
 
 
-def _verdict_tone(verdict: str) -> str:
-    v = verdict.lower()
-    if "not measured" in v or "pending" in v:
-        return "open"
-    if any(k in v for k in ("refut", "contradict", "fail", "wrong", "not reproduced", "does not", "inconsistent")):
-        return "bad"
-    if any(k in v for k in ("partial", "inconclusive", "mixed", "unclear", "differs", "caveat")):
-        return "warn"
-    if any(k in v for k in ("confirm", "support", "reproduced", "holds", "agree", "consistent", "pass", "works")):
-        return "good"
-    return "neutral"
-
-
-def _verdict_text(row: Any) -> str:
-    """A ledger row's verdict in its claim kind's words (rows from an older ledger have no kind)."""
-    return str(getattr(row, "verdict_text", None) or row.verdict)
-
-
-def _verdict_cell(verdict: str, prefix: str = "") -> Cell:
-    return Cell(f"{prefix}{verdict}", f"verdict verdict-{slug(verdict)} tone-{_verdict_tone(verdict)}")
-
-
-def _value_text(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return fmt_number(value)
-    return str(value)
-
-
-def ledger_section(agg: Aggregate, claims: _Claims, ledger: dict[str, list | Exception] | None = None) -> Section:
-    """The claims ledger: every claim, measured values per source, one verdict per claim."""
-    if ledger is None:
-        ledger = evaluate_ledger(agg, claims)
-    labels = agg.labels
-    section = Section(title="Claims ledger", id="claims")
-    if claims.problem:
-        section.notes.append(Cell(claims.problem, "warn"))
-    per_source: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
-    first: dict[str, Any] = {}
-    for label in labels:
-        if label not in ledger:
-            break
-        rows = ledger[label]
-        if isinstance(rows, Exception):
-            section.notes.append(Cell(f"{label}: evaluating the claims failed: {type(rows).__name__}: {rows}", "fail"))
-            continue
-        per_source[label] = {}
-        for row in rows:
-            cid = str(row.claim_id)
-            per_source[label][cid] = row
-            if cid not in first:
-                first[cid] = row
-                order.append(cid)
-    several = len(labels) > 1
-    measured_cols = [f"measured here ({s})" for s in labels] if several else ["measured here"]
-    columns = ["claim", "section", "claimed", *measured_cols, "predicted at the guide's scale", "verdict"]
-    rows = []
-    for cid in order:
-        row = first[cid]
-        by_src = [per_source.get(s, {}).get(cid) for s in labels]
-        verdicts = [(s, _verdict_text(r)) for s, r in zip(labels, by_src) if r is not None]
-        if len({v for _, v in verdicts}) <= 1:
-            verdict_parts = [_verdict_cell(verdicts[0][1])] if verdicts else []
-        else:
-            verdict_parts = [_verdict_cell(v, f"{s}: ") for s, v in verdicts]
-        details = list(dict.fromkeys(str(r.detail) for r in by_src if r is not None and r.detail))
-        verdict_parts += [Cell(d, "detail") for d in details]
-        rows.append([
-            Cell(parts=(Cell(cid, "claim-id"), Cell(str(getattr(row, "kind", "") or ""), "claim-kind"),
-                        Cell(str(row.wording or "")))),
-            Cell(str(row.section or "")),
-            Cell(_value_text(row.claimed)),
-            *(_measured_cell(r) for r in by_src),
-            _predicted_cell(labels, by_src),
-            Cell(parts=tuple(verdict_parts)),
-        ])
-    section.tables.append(Table(columns=columns, rows=rows, id="claims-ledger",
-                                caption=f"{len(rows)} claims"))
-    figure = interval_figure([(s, r) for s in labels for r in per_source.get(s, {}).values()], several)
-    if figure is not None:
-        section.figures.append(figure)
-    return section
-
-
-def _measured_cell(row: Any) -> Cell:
-    """What was measured; for a figure measured in a regime, the guide's regime and the one reached first."""
-    if row is None:
-        return Cell("–")
-    regime = str(getattr(row, "regime", "") or "")
-    if not regime:
-        return Cell(_value_text(row.measured))
-    return Cell(parts=(Cell(regime[0].upper() + regime[1:], "regime"), Cell(_value_text(row.measured))))
-
-
-def _predicted_cell(labels: Sequence[str], by_src: Sequence[Any]) -> Cell:
-    """The predicted column: the scale model's text (per source where sources differ), then the guide's arithmetic.
-
-    Rows without a model prediction (or from an older ledger) show ``predicted`` as before.
-    """
-    present = [(s, r) for s, r in zip(labels, by_src) if r is not None]
-    models = [(s, str(getattr(r, "model_prediction", "") or "")) for s, r in present]
-    models = [(s, m) for s, m in models if m]
-    if not models:
-        return Cell(" / ".join(dict.fromkeys(_value_text(r.predicted) for _, r in present)) or "–")
-    distinct = list(dict.fromkeys(m for _, m in models))
-    parts = ([Cell(distinct[0], "model-prediction")] if len(distinct) == 1
-             else [Cell(f"{s}: {m}", "model-prediction") for s, m in models])
-    arithmetic = dict.fromkeys(str(getattr(r, "guide_arithmetic", "") or "") for _, r in present)
-    parts += [Cell(f"Guide's arithmetic: {a}", "guide-arithmetic") for a in arithmetic if a]
-    return Cell(parts=tuple(parts))
-
-
-def interval_figure(rows: list[tuple[str, Any]], several: bool) -> Figure | None:
-    """Every judged comparison's 95 % interval drawn against its reference band (a forest plot)."""
-    import math
-
-    from matplotlib.figure import Figure as MplFigure
-    from matplotlib.patches import Rectangle
-
-    items = []
-    for source, row in rows:
-        for label, outcome in zip(getattr(row, "labels", ()), getattr(row, "outcomes", ())):
-            iv = outcome.interval
-            if not math.isfinite(iv.estimate):
-                continue
-            name = f"{row.claim_id} {label}" + (f" [{source}]" if several else "")
-            items.append((name, iv, outcome.reference, outcome.verdict))
-    if not items:
-        return None
-    colours = {"reproduced": "#2e7d32", "not reproduced": "#c62828"}
-    fig = MplFigure(figsize=(8.5, 0.42 * len(items) + 1.2))
-    ax = fig.subplots()
-    for y, (name, iv, ref, verdict) in enumerate(reversed(items)):
-        lo = ref.lower if ref.lower is not None else 0.0
-        hi = ref.upper if ref.upper is not None else max(iv.high if math.isfinite(iv.high) else iv.estimate,
-                                                         iv.estimate, lo) * 1.5 + 0.1
-        ax.add_patch(Rectangle((lo, y - 0.35), hi - lo, 0.7, color="#c8e6c9", zorder=0))
-        low = iv.low if math.isfinite(iv.low) else iv.estimate
-        high = iv.high if math.isfinite(iv.high) else iv.estimate
-        ax.plot([low, high], [y, y], color=colours.get(verdict, "#f9a825"), lw=2.5)
-        ax.plot([iv.estimate], [y], "o", color="black", ms=4)
-    ax.set_yticks(range(len(items)))
-    ax.set_yticklabels([name for name, *_ in reversed(items)], fontsize=7)
-    ax.set_xlabel("measured value with its 95 % interval (green band: the reference; line colour: the verdict)")
-    ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    return Figure(title="Intervals against reference bands", png_base64=png_of(fig),
-                  alt="one line per judged comparison: its 95 % interval over launches against the reference band")
-
-
 # -- the other sections ----------------------------------------------------------
 
 def failed_tasks_section(agg: Aggregate) -> Section:
@@ -400,7 +252,7 @@ def unreadable_section(agg: Aggregate) -> Section:
 
 def runs_table(sources: list[Source]) -> Table:
     columns = ["source", "run id", "suite", "created", "host", "backend", "hpcbench", "tasks done",
-               "tasks failed", "other tasks", "records files", "run directory"]
+               "tasks failed", "other tasks", "records files", "run directory (name)"]
     rows = []
     for s in sources:
         info = s.info
@@ -408,7 +260,9 @@ def runs_table(sources: list[Source]) -> Table:
         rows.append([Cell(s.label), *(Cell(str(info.get(k) or "–")) for k in
                                       ("run_id", "suite", "created", "host", "backend", "hpcbench_version")),
                      Cell(str(s.count("done"))), Cell(str(s.count("failed")), "fail" if s.count("failed") else ""),
-                     Cell(str(other)), Cell(str(len(s.files))), Cell(str(s.run_dir))])
+                     Cell(str(other)), Cell(str(len(s.files))),
+                     # The name only: the page is published, the path is the building machine's.
+                     Cell(Path(s.run_dir).name)])
     return Table(columns=columns, rows=rows, id="runs")
 
 
@@ -468,10 +322,13 @@ def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None =
             default: no folder, so such links stay absolute ``file:`` URLs, marked as such.
     """
     claims = claims or _claims_api()
-    sections = [ledger_section(agg, claims, ledger), failed_tasks_section(agg), unreadable_section(agg),
-                *experiment_sections(agg)]
+    if ledger is None:
+        ledger = evaluate_ledger(agg, claims)
+    sections = [ledger_section(agg.labels, ledger, claims.problem),
+                Section(title="Runs", id="runs-section", tables=[runs_table(agg.sources)]),
+                failed_tasks_section(agg), unreadable_section(agg), *experiment_sections(agg)]
     if files is None:
-        files = LinkedFiles(None, [s.run_dir for s in agg.sources])
+        files = LinkedFiles(None, {s.label: s.run_dir for s in agg.sources})
     files.resolve_tables([t for s in sections for t in s.tables])
     counts = {state: sum(1 for t in agg.tasks if t.state == state) for state in ("done", "failed")}
     counts["other"] = len(agg.tasks) - counts["done"] - counts["failed"]
@@ -483,11 +340,10 @@ def render(agg: Aggregate, *, claims: _Claims | None = None, title: str | None =
         sources=agg.labels,
         created=", ".join(created) or "–",
         counts=counts,
-        runs=runs_table(agg.sources),
         sections=sections,
         n_series=len(agg.stats),
         n_unreadable=len(agg.unreadable),
     )
 
 
-__all__ = ["build_report", "render", "ledger_section"]
+__all__ = ["build_report", "evaluate_ledger", "render"]

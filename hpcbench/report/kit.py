@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -34,10 +34,14 @@ class LinkedFile:
     """A file of the run that a cell links to; the report writer copies it into the report folder."""
 
     path: Path
-    """Where the file is now (absolute, as the run recorded it)."""
+    """The file as the run recorded it: relative to its run directory (the first part of
+    :attr:`folder` names the source), or absolute in records written before paths were relative."""
     folder: tuple[str, ...] = ()
     """Where its copy goes under the report's ``files/``, e.g. ``(source, task id)``; each
     part is made a safe folder name."""
+    optional: bool = False
+    """Copied only when the report is asked for such files (``hpcbench report --traces``): a
+    profiler trace weighs MiB and is published with every copy of the report."""
 
 
 @dataclass
@@ -53,27 +57,32 @@ class Cell:
     the report folder (see :func:`file_link`); ``href`` is then ignored."""
 
 
-def file_link(path: str | Path, label: str | None = None, *, folder: Sequence[str] = ()) -> Cell:
+def file_link(path: str | Path, label: str | None = None, *, folder: Sequence[str] = (),
+              optional: bool = False) -> Cell:
     """A table cell that links a file of the run, copied into the report folder when it is written.
 
     Presenters need not know the report folder: the report writer
     (:class:`hpcbench.report.report_folder.LinkedFiles`) copies the file to
-    ``files/<folder...>/<name>`` there and links it by that relative path. A file that is
-    missing says so; one over the size caps, or outside the report's run directories, is
-    not copied and keeps its absolute ``file:`` link, marked as working only on the machine
-    that holds the file. Works in table cells (and their ``parts``), not in section notes.
+    ``files/<folder...>/<name>`` there (identical files once) and links it by that relative
+    path. A file that is missing says so; one over the size caps, or outside the report's run
+    directories, is not copied and keeps its absolute ``file:`` link, marked as working only on
+    the machine that holds the file. Works in table cells (and their ``parts``), not in section notes.
 
     Args:
-        path: the file; absolute, as recorded by the run.
+        path: the file as the run recorded it: relative to the run directory of the source
+            ``folder[0]`` names, or absolute.
         label: the text shown (default: the file's name).
         folder: sub-folders of ``files/`` for the copy, e.g. ``(source, task_id)``, so that
             files of the same name from different tasks stay apart.
+        optional: copied only with ``hpcbench report --traces`` (a profiler trace); otherwise
+            the cell says how to include it.
 
     Returns:
         A :class:`Cell` with :attr:`Cell.file` set.
     """
     path = Path(path)
-    return Cell(label if label is not None else path.name, file=LinkedFile(path, tuple(map(str, folder))))
+    return Cell(label if label is not None else path.name,
+                file=LinkedFile(path, tuple(map(str, folder)), optional=optional))
 
 
 @dataclass
@@ -93,8 +102,14 @@ class Table:
 @dataclass
 class Figure:
     title: str
-    png_base64: str
+    data: str
+    """The image, base64: SVG from :func:`image_of` (PNG where a presenter asked for it)."""
     alt: str = ""
+
+    @property
+    def mime(self) -> str:
+        """The image's type, read from its first bytes (base64 of PNG's signature starts ``iVBOR``)."""
+        return "image/png" if self.data.startswith("iVBOR") else "image/svg+xml"
 
 
 @dataclass
@@ -104,6 +119,12 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     notes: list[Cell] = field(default_factory=list)
     id: str = ""
+    badges: list[Cell] = field(default_factory=list)
+    """Short counts shown as badges under the title (the ledger's verdict counts)."""
+    details: list[Any] = field(default_factory=list)
+    """Folded sub-sections after the tables and figures (:class:`hpcbench.report.ledger_page.ClaimDetail`)."""
+    figures_first: bool = True
+    """Figures above the tables (an experiment's plot first); False puts a summary table first."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -156,14 +177,29 @@ def label_text(labels: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in data.items())
 
 
-def png_of(fig) -> str:
-    """A matplotlib Figure as base64 PNG, drawn with the Agg canvas (no pyplot state)."""
+def image_of(fig, fmt: str = "svg") -> str:
+    """A matplotlib Figure as base64 SVG (or PNG at 150 dpi), drawn without pyplot state.
+
+    SVG by default: its text stays text, sharp at any zoom and legible in the published page;
+    ``fmt="png"`` for a plot of so many points that its SVG would weigh more than its pixels.
+    """
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    if fmt not in ("svg", "png"):
+        raise ValueError(f"image format {fmt!r}: allowed svg, png")
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    # Fonts as text (the browser draws them) and a fixed id salt, so that one report gives one file.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "hpcbench"}):
+        fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def legend_below(ax, ncol: int = 2) -> None:
+    """The axes' legend under it, at a legible size: a legend inside the axes covers the data it names."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, frameon=False)
 
 
 def ordered(values: Sequence, order: Sequence | None = None) -> list:

@@ -8,11 +8,19 @@ A report folder carries ``report.json`` next to its ``index.html`` (written by
 it was generated, its runs (suite and host from each ``run.json``) and its verdict counts.
 This module owns that file's shape on both sides, so writer and reader cannot drift apart.
 
-Publishing copies the folder to ``SITE_DIR/<folder name>-<date>[-k]/``, never over an earlier
-publication (a link once shared keeps showing what it showed), appends one entry to
-``SITE_DIR/publications.json`` and regenerates ``SITE_DIR/index.html`` from that data alone:
-the page is never parsed, so a changed page layout cannot lose an earlier entry. Files are
-replaced atomically (temporary file + rename) so a reader of the site never sees half a file.
+Publishing copies the report (exactly its :data:`~hpcbench.report.report_folder.REPORT_CONTENT`:
+``index.html``, ``report.json`` and ``files/``; no logs, notes or hidden files that lie beside
+them) to ``SITE_DIR/<folder name>-<date>[-k]/``, never over an earlier publication (a link once
+shared keeps showing what it showed), appends one entry to ``SITE_DIR/publications.json`` and
+regenerates ``SITE_DIR/index.html`` from that data alone: the page is never parsed, so a changed
+page layout cannot lose an earlier entry. Files are replaced atomically (temporary file +
+rename) so a reader of the site never sees half a file.
+
+Everything in ``SITE_DIR`` is served, so nothing private goes there: ``publications.json``
+names each publication by its path relative to the site and its report folder by name only
+(never a path of the machine that published it), and the lock that serialises publishers
+lies beside the site, not in it. The same report (same content, by SHA-256) is published
+once: publishing it again is refused unless ``replace``, which puts it in place of the first.
 """
 
 from __future__ import annotations
@@ -20,21 +28,25 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
-
 
 from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.report.kit import page_template
 from hpcbench.report.kit import slug as text_slug
+from hpcbench.report.report_folder import INDEX_HTML, REPORT_JSON, report_files
 
-REPORT_JSON = "report.json"
 PUBLICATIONS_JSON = "publications.json"
+#: Left in site folders by earlier versions, which locked inside the (served) site.
+OLD_LOCK_NAME = ".publish.lock"
 #: Bumped when a field changes meaning; readers reject what they do not know.
 SCHEMA = 1
 #: The verdicts the index shows as columns, in this order (hpcbench.report.ledger.VERDICTS minus
@@ -86,7 +98,9 @@ def report_manifest(title: str, sources: Sequence[Any],
         verdicts = verdicts_by_source.get(source.label)
         runs.append({
             "label": source.label,
-            "run_dir": str(source.run_dir),
+            # The folder's name only: an absolute path of the machine that built the report
+            # would be published with it and means nothing to the site's readers.
+            "run_dir": Path(source.run_dir).name,
             **{key: (None if info.get(key) is None else str(info.get(key)))
                for key in ("run_id", "suite", "host", "created", "backend")},
             "verdicts": None if verdicts is None else _count(list(verdicts.values())),
@@ -172,12 +186,16 @@ class Publication:
     """The hosts the runs were launched from (each run.json's ``host``)."""
     verdicts: dict[str, int] = field(default_factory=dict)
     claims: int | None = None
-    report_dir: str = ""
-    """The folder it was copied from, for provenance."""
+    path: str = ""
+    """Its page relative to the site root, ``<slug>/index.html``."""
+    report_name: str = ""
+    """The name of the report folder it was copied from (a name, never the publisher's path)."""
+    content_sha256: str = ""
+    """The report's content hash (:func:`report_sha256`): the same report is published once."""
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any], *, slug: str, published: str,
-                      report_dir: str) -> Publication:
+                      report_name: str, content_sha256: str) -> Publication:
         runs = manifest.get("runs", [])
 
         def distinct(key: str) -> list[str]:
@@ -186,14 +204,18 @@ class Publication:
         return cls(slug=slug, published=published, title=str(manifest["title"]),
                    generated=manifest.get("generated"), suites=distinct("suite"), hosts=distinct("host"),
                    verdicts={str(k): int(v) for k, v in (manifest.get("verdicts") or {}).items()},
-                   claims=manifest.get("claims"), report_dir=report_dir)
+                   claims=manifest.get("claims"), path=f"{slug}/{INDEX_HTML}", report_name=report_name,
+                   content_sha256=content_sha256)
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Publication:
+        """An entry of ``publications.json``; fields this version does not know are dropped (an
+        earlier version's ``report_dir``, the publisher's absolute path, is not written again)."""
         known = set(cls.__dataclass_fields__)
         if not isinstance(data, dict) or not {"slug", "published", "title"} <= set(data):
             raise HpcbenchError(f"{where}: needs an object with 'slug', 'published' and 'title'")
-        return cls(**{k: v for k, v in data.items() if k in known})
+        entry = cls(**{k: v for k, v in data.items() if k in known})
+        return entry if entry.path else replace(entry, path=f"{entry.slug}/{INDEX_HTML}")
 
 
 def load_publications(site_dir: str | Path) -> list[Publication]:
@@ -257,10 +279,45 @@ def _readable(stamp: str) -> str:
 
 # -- publishing ---------------------------------------------------------------------
 
+def report_sha256(folder: Path) -> str:
+    """The content hash of the report in ``folder``: SHA-256 over each of its files (see
+    :func:`~hpcbench.report.report_folder.report_files`), path and bytes, in order.
+
+    Two builds of one run differ (the page says when it was generated); one report published
+    twice, or a copy of it, does not.
+    """
+    total = hashlib.sha256()
+    for path in report_files(folder):
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        total.update(f"{path.relative_to(folder).as_posix()}\0{digest.hexdigest()}\n".encode())
+    return total.hexdigest()
+
+
+def site_lock_path(site_dir: Path) -> Path:
+    """The publishers' lock file: beside the site (``.<site name>.publish.lock``), since everything in
+    the site is served."""
+    site = Path(site_dir).resolve()
+    return site.with_name(f".{site.name}.publish.lock")
+
+
 @contextlib.contextmanager
 def _site_lock(site_dir: Path) -> Iterator[None]:
-    """One publisher at a time: publications.json is read, extended and rewritten."""
-    with open(site_dir / ".publish.lock", "w") as fh:
+    """One publisher at a time: publications.json is read, extended and rewritten.
+
+    Where the site's parent folder cannot be written (a web root such as ``/var/www/html``), the
+    lock goes to the temporary folder, named after the site's path: publishers on this machine
+    still wait for each other.
+    """
+    path = site_lock_path(site_dir)
+    try:
+        fh = open(path, "w")
+    except PermissionError:
+        key = hashlib.sha256(str(Path(site_dir).resolve()).encode()).hexdigest()[:16]
+        fh = open(Path(tempfile.gettempdir()) / f"hpcbench-publish-{key}.lock", "w")
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -269,33 +326,59 @@ def _site_lock(site_dir: Path) -> Iterator[None]:
 
 
 def _copy_report(report_dir: Path, dest: Path) -> None:
-    """Copy into a hidden temporary folder, then rename: the slug appears whole or not at all."""
-    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
+    """Copy the report's files (only them) into a hidden temporary folder, then rename: the slug
+    appears whole or not at all. An existing ``dest`` (a publication being replaced) is set aside
+    first and removed once the new one is in place."""
+    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        shutil.copytree(report_dir, partial)
-        os.rename(partial, dest)
+        partial.mkdir()
+        for path in report_files(report_dir):
+            target = partial / path.relative_to(report_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        if not dest.exists():
+            os.rename(partial, dest)
+            return
+        old = dest.with_name(f".{dest.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        os.rename(dest, old)
+        try:
+            os.rename(partial, dest)
+        except BaseException:
+            os.rename(old, dest)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
 
 
-def publish_report(report_dir: str | Path, site_dir: str | Path, *,
-                   now: dt.datetime | None = None) -> Publication:
-    """Copy ``report_dir`` into ``site_dir`` under a new slug and regenerate the site index.
+def _published_hash(site: Path, publication: Publication) -> str:
+    """A publication's content hash; computed from its folder for entries written before hashes were kept."""
+    if publication.content_sha256:
+        return publication.content_sha256
+    folder = site / publication.slug
+    return report_sha256(folder) if folder.is_dir() else ""
+
+
+def publish_report(report_dir: str | Path, site_dir: str | Path, *, now: dt.datetime | None = None,
+                   replace_existing: bool = False) -> Publication:
+    """Copy the report in ``report_dir`` into ``site_dir`` under a new slug and regenerate the site index.
 
     Args:
         report_dir: a folder written by ``hpcbench report`` (``index.html`` + ``report.json``).
         site_dir: the site folder (created); earlier publications in it are kept as they are.
         now: the publication time (default: now), in the slug's date and the index.
+        replace_existing: when this very report (same content hash) is published already, copy it
+            again into that publication's folder and date it ``now``, instead of refusing.
 
     Returns:
-        The new :class:`Publication`; its folder is ``site_dir/<slug>``.
+        The new (or replaced) :class:`Publication`; its folder is ``site_dir/<slug>``.
 
     Raises:
         HpcbenchError: naming the path when ``report_dir`` is not a report folder, its
-            ``report.json`` or the site's ``publications.json`` is malformed, or ``site_dir``
-            is not a folder or lies inside ``report_dir``. Nothing is written then.
+            ``report.json`` or the site's ``publications.json`` is malformed, ``site_dir``
+            is not a folder or lies inside ``report_dir``, or the same report is published
+            already (naming it) and ``replace_existing`` is false. Nothing is written then.
     """
     report, site = Path(report_dir), Path(site_dir)
     manifest = read_report_manifest(report)
@@ -306,22 +389,41 @@ def publish_report(report_dir: str | Path, site_dir: str | Path, *,
                             "copying the report would copy the site into itself")
     load_publications(site)  # a malformed index stops us before anything is copied
     published = _utc_stamp(now)
+    content = report_sha256(report)
     site.mkdir(parents=True, exist_ok=True)
     with _site_lock(site):
         publications = load_publications(site)  # again: another publisher may have written
-        taken = {p.slug for p in publications} | {child.name for child in site.iterdir()}
-        slug = unique_slug(report.resolve().name, published[:10], taken)
+        # Kept once computed: entries of earlier versions have no hash yet.
+        publications = [replace(p, content_sha256=_published_hash(site, p)) for p in publications]
+        same = [i for i, p in enumerate(publications) if p.content_sha256 == content]
+        if same and not replace_existing:
+            first = publications[same[-1]]
+            raise HpcbenchError(f"{report}: this report is published already, unchanged, as {site / first.path} "
+                                f"({first.published}); nothing was written. Publish it again in its place "
+                                "with --replace, or rebuild the report to publish a new edition")
+        name = report.resolve().name
+        if same:
+            index = same[-1]
+            slug = publications[index].slug
+        else:
+            taken = {p.slug for p in publications} | {child.name for child in site.iterdir()}
+            slug = unique_slug(name, published[:10], taken)
         _copy_report(report, site / slug)
-        publication = Publication.from_manifest(manifest, slug=slug, published=published,
-                                                report_dir=str(report.resolve()))
-        publications.append(publication)
+        publication = Publication.from_manifest(manifest, slug=slug, published=published, report_name=name,
+                                                content_sha256=content)
+        if same:
+            publications[index] = publication
+        else:
+            publications.append(publication)
         # Data first, page second: a failure in between leaves data the next publish renders.
         _write_atomic(site / PUBLICATIONS_JSON, json.dumps(
             {"schema": SCHEMA, "publications": [asdict(p) for p in publications]}, indent=2) + "\n")
-        _write_atomic(site / "index.html", render_index(publications, generated=now))
+        _write_atomic(site / INDEX_HTML, render_index(publications, generated=now))
+        (site / OLD_LOCK_NAME).unlink(missing_ok=True)
     return publication
 
 
 __all__ = ["DIFFERS", "INDEX_VERDICTS", "PUBLICATIONS_JSON", "REPORT_JSON", "Publication",
            "load_publications", "newest_first", "publish_report", "read_report_manifest",
-           "render_index", "report_manifest", "unique_slug", "write_report_manifest"]
+           "render_index", "report_manifest", "report_sha256", "site_lock_path", "unique_slug",
+           "write_report_manifest"]

@@ -13,34 +13,49 @@ swap is a matter of microseconds; there is no atomic exchange of two non-empty f
 in POSIX, so for that instant ``FOLDER`` is absent, never half-written.
 
 Files of the run that the page links (a failed task's notebook, a rank's profiler trace)
-are copied into ``FOLDER/files/`` by :class:`LinkedFiles` while the folder is built, and
-linked by relative paths: the folder is self-contained, and ``hpcbench publish`` or a plain
-copy carries them along.
+are copied into ``FOLDER/files/`` by :class:`LinkedFiles` while the folder is built, each
+content once, and linked by relative paths: the folder is self-contained, and ``hpcbench
+publish`` or a plain copy carries them along. Profiler traces are copied only when asked
+(``hpcbench report --traces``): a few MiB per rank, they made most of a report's size.
+
+A report is exactly :data:`REPORT_CONTENT` (:func:`report_files`): what ``hpcbench publish``
+copies and what the size printed at the end counts. The logs of dask workers started as
+SLURM jobs are written beside the folder, never in it (:func:`dask_slurm_log_dir`), so that
+they are not published.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import re
 import shutil
+import time
 import urllib.parse
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.core.results import resolve_stored_path
 from hpcbench.core.units import format_bytes
-from hpcbench.report.kit import Cell, Table
-from hpcbench.report.publish import REPORT_JSON
+from hpcbench.report.kit import Cell, LinkedFile, Table
 
-#: Kept on failure when it holds files: the dask-slurm job logs an error message names.
-KEEP_ON_FAILURE = "dask-slurm"
+#: The page.
+INDEX_HTML = "index.html"
+#: The report's metadata as data (its shape is :mod:`hpcbench.report.publish`'s).
+REPORT_JSON = "report.json"
 #: The report's copies of linked files: ``files/<source>/<task id>/<name>``.
 FILES_SUBDIR = "files"
+#: Everything a report consists of; anything else in its folder (a user's notes, an older
+#: report's dask-slurm logs) is not part of it and is never published.
+REPORT_CONTENT = (INDEX_HTML, REPORT_JSON, FILES_SUBDIR)
+#: What a trace's cell says when the report leaves traces out.
+TRACES_LEFT_OUT = "not included: `hpcbench report --traces` copies the profiler traces into the report"
 #: A linked file larger than this is not copied (its link stays absolute). A torch.profiler
 #: trace of a few steps is a few MiB to a few tens; a report is copied whole at every
 #: publication and each one is kept, so one huge trace would be multiplied.
@@ -61,6 +76,51 @@ def is_report_folder(folder: Path) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(data, dict) and isinstance(data.get("runs"), list)
+
+
+def report_files(folder: Path) -> list[Path]:
+    """The files of the report in ``folder``: :data:`REPORT_CONTENT`, regular files only, sorted.
+
+    Hidden names (temporary files of an interrupted copy) and symbolic links (which could
+    point anywhere on the machine) are left out at every level.
+    """
+    found: list[Path] = []
+    for name in REPORT_CONTENT:
+        top = folder / name
+        if top.is_symlink():
+            continue
+        if top.is_file():
+            found.append(top)
+        elif top.is_dir():
+            for root, dirs, files in os.walk(top):
+                def kept(name: str, root: str = root) -> bool:
+                    return not name.startswith(".") and not os.path.islink(os.path.join(root, name))
+
+                dirs[:] = sorted(filter(kept, dirs))  # pruned in place: os.walk then skips the others
+                found += [Path(root, f) for f in sorted(filter(kept, files))]
+    return found
+
+
+def report_size(folder: Path) -> tuple[int, int]:
+    """The report's total size in bytes and its number of files (:func:`report_files`)."""
+    files = report_files(folder)
+    return sum(f.stat().st_size for f in files), len(files)
+
+
+def describe_report(index: Path) -> str:
+    """``index.html`` with the report's size for people: ``reports/x/index.html (3.2 MiB, 14 files)``."""
+    size, count = report_size(index.parent)
+    return f"{index} ({_size(size)}, {count} file{'s' if count != 1 else ''})"
+
+
+def dask_slurm_log_dir(out: Path) -> Path:
+    """Where dask workers started as SLURM jobs for the report ``out`` write their logs.
+
+    A hidden sibling, ``.<name>.dask-slurm``: beside the report on the same (shared) file
+    system the nodes write to, but outside it, so publishing the report never publishes them.
+    """
+    target = Path(out).resolve()
+    return target.with_name(f".{target.name}.dask-slurm")
 
 
 def check_report_folder(out: Path) -> None:
@@ -84,7 +144,8 @@ def replacing_report_folder(out: Path, warn: Callable[[str], None]) -> Iterator[
     """Yield a fresh hidden sibling of ``out`` to write the report into; on success it becomes ``out``.
 
     On an exception (an interrupt included) ``out`` is left as it was and the sibling is
-    removed, unless it holds dask-slurm logs, which are kept and named through ``warn``.
+    removed; dask-slurm logs this build wrote (:func:`dask_slurm_log_dir`) are named through
+    ``warn``.
 
     Raises:
         HpcbenchError: from :func:`check_report_folder`, or naming the parent folder when
@@ -95,6 +156,7 @@ def replacing_report_folder(out: Path, warn: Callable[[str], None]) -> Iterator[
     # sibling lies next to the folder that is replaced, on its file system.
     target = out.resolve()
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    started = time.time() - 1  # file times can lag the clock by a tick
     building = target.with_name(f".{target.name}.building-{token}")
     try:
         building.mkdir(parents=True)  # mode 0o777 & ~umask, like any folder (mkdtemp's would be 0700)
@@ -104,12 +166,19 @@ def replacing_report_folder(out: Path, warn: Callable[[str], None]) -> Iterator[
         yield building
         _swap_in(building, target)
     except BaseException:
-        logs = building / KEEP_ON_FAILURE
-        if logs.is_dir() and any(logs.iterdir()):
-            warn(f"the report was not written; {out} is unchanged; the dask-slurm logs are kept in {logs}")
-        else:
-            shutil.rmtree(building, ignore_errors=True)
+        shutil.rmtree(building, ignore_errors=True)
+        logs = dask_slurm_log_dir(out)
+        if _written_since(logs, started):
+            warn(f"the report was not written; {out} is unchanged; the dask-slurm logs are in {logs}")
         raise
+
+
+def _written_since(folder: Path, when: float) -> bool:
+    """Whether a file of ``folder`` was written at ``when`` or later (False when it cannot be read)."""
+    try:
+        return any(p.stat().st_mtime >= when for p in folder.iterdir() if p.is_file())
+    except OSError:  # never hide the failure being reported behind another
+        return False
 
 
 def _swap_in(building: Path, target: Path) -> None:
@@ -144,10 +213,18 @@ def safe_file_name(text: str) -> str:
 class LinkedFiles:
     """Copies the files table cells link (:func:`hpcbench.report.kit.file_link`) into a report folder.
 
-    Each file is copied once (by its resolved path) to ``files/<folder...>/<name>``, names
-    made safe (:func:`safe_file_name`) and unique, each written atomically
-    (:func:`hpcbench.core.atomic.atomic_write`); its cell then links the copy by that
-    relative path. The folder ``files/`` appears only when something is copied.
+    Where a file is: a cell's path is resolved against the run directory of its source, the
+    first part of its ``folder`` (:func:`hpcbench.core.results.resolve_stored_path`): records
+    store paths relative to their run directory, and an absolute path recorded before is
+    looked for in the run directory as it is now, so a run directory moved or copied since
+    the run still gives working links.
+
+    Each file is copied once to ``files/<folder...>/<name>``, names made safe
+    (:func:`safe_file_name`) and unique, each written atomically
+    (:func:`hpcbench.core.atomic.atomic_write`); files of the same content (by SHA-256) are
+    stored once, every cell linking the first copy, by its path relative to the report folder.
+    The folder ``files/`` appears only when something is copied. Cells of profiler traces
+    (:attr:`~hpcbench.report.kit.LinkedFile.optional`) are left out, saying so, unless ``traces``.
 
     A file is not copied, and its cell keeps the absolute ``file:`` link with the reason and
     :data:`ONLY_HERE`, when it is larger than ``max_file_bytes``, would take the copies past
@@ -158,21 +235,29 @@ class LinkedFiles:
 
     Args:
         report_dir: the folder ``index.html`` is written to (the hidden one being built), or None.
-        roots: the report's run directories; only files inside them are copied.
+        roots: the report's run directories by source label (or a list of them; a relative path
+            is then resolved only when there is one); only files inside them are copied.
+        traces: copy the profiler traces too.
         max_file_bytes: the cap per file (default :data:`MAX_LINKED_FILE_BYTES`).
         max_total_bytes: the cap on all copies together (default :data:`MAX_LINKED_FILES_TOTAL_BYTES`).
     """
 
-    def __init__(self, report_dir: Path | None, roots: Sequence[Path], *, max_file_bytes: int | None = None,
+    def __init__(self, report_dir: Path | None, roots: Mapping[str, Path] | Sequence[Path], *,
+                 traces: bool = False, max_file_bytes: int | None = None,
                  max_total_bytes: int | None = None) -> None:
         self.report_dir = report_dir
-        self.roots = [Path(r).resolve() for r in roots]
+        self.sources = ({str(label): Path(run_dir) for label, run_dir in roots.items()}
+                        if isinstance(roots, Mapping) else {})
+        self.roots = [Path(r).resolve() for r in (roots.values() if isinstance(roots, Mapping) else roots)]
+        self.traces = traces
         # Read at construction, not at definition: a test (or a site) may lower the constants.
         self.max_file_bytes = MAX_LINKED_FILE_BYTES if max_file_bytes is None else max_file_bytes
         self.max_total_bytes = MAX_LINKED_FILES_TOTAL_BYTES if max_total_bytes is None else max_total_bytes
         self.copied_bytes = 0
         self.copies: dict[Path, str] = {}
-        """Resolved source path -> the copy's path relative to the report folder."""
+        """Resolved source path -> the copy's path relative to the report folder (URL-quoted)."""
+        self.by_content: dict[str, str] = {}
+        """SHA-256 of a copied file -> its copy's path, for files of the same content."""
         self.not_copied: dict[Path, str] = {}
         """Resolved source path -> why its link stays absolute."""
 
@@ -194,9 +279,10 @@ class LinkedFiles:
             for part in map(self.resolve, cell.parts):
                 parts.extend(part.parts or (part,))
             return dataclasses.replace(cell, parts=tuple(parts))
-        path = Path(os.path.abspath(cell.file.path))
+        if cell.file.optional and not self.traces:
+            return Cell(cls=cell.cls, parts=(Cell(cell.text), Cell(TRACES_LEFT_OUT, "detail")))
         try:
-            real = path.resolve(strict=True)
+            real = self.locate(cell.file).resolve(strict=True)
         except (OSError, RuntimeError):  # missing, a dangling link, a link loop
             return self._with_reason(cell, "missing", href=None)
         if not real.is_file():
@@ -209,8 +295,23 @@ class LinkedFiles:
             return Cell(cell.text, cell.cls, href=self.copies[real])
         return self._with_reason(cell, self.not_copied[real], href=real.as_uri())
 
+    def locate(self, file: LinkedFile) -> Path:
+        """Where ``file`` is now: under its source's run directory (see the class), else as given."""
+        run_dir = self.sources.get(file.folder[0]) if file.folder else None
+        if run_dir is None and not self.sources and len(self.roots) == 1:
+            run_dir = self.roots[0]
+        here = Path(os.path.abspath(file.path))
+        if run_dir is None:
+            return here
+        # A relative path is either one the report built from the run directory as given (relative
+        # to the current directory, like a failed task's notebook) or one a record stored (relative
+        # to the run directory): the first when such a file exists inside the run directory.
+        if not Path(file.path).is_absolute() and here.is_relative_to(os.path.abspath(run_dir)) and here.exists():
+            return here
+        return resolve_stored_path(file.path, run_dir)
+
     def _copy(self, real: Path, folder: Sequence[str]) -> str | None:
-        """Copy ``real`` into the report; None when done, else why not."""
+        """Copy ``real`` into the report (or find its content there); None when done, else why not."""
         if self.report_dir is None:
             return "not copied: the page was rendered without a report folder"
         if not any(real.is_relative_to(root) for root in self.roots):
@@ -218,6 +319,13 @@ class LinkedFiles:
         size = real.stat().st_size
         if size > self.max_file_bytes:
             return f"not copied: {_size(size)} > {format_bytes(self.max_file_bytes)} cap per file"
+        try:
+            digest = _sha256(real)
+        except OSError as exc:
+            return f"not copied: {exc.strerror or exc}"
+        if digest in self.by_content:  # the same bytes from another task: one copy, two links
+            self.copies[real] = self.by_content[digest]
+            return None
         if self.copied_bytes + size > self.max_total_bytes:
             return (f"not copied: {_size(size)} more would pass the {format_bytes(self.max_total_bytes)} "
                     "cap on the report's linked files")
@@ -228,7 +336,7 @@ class LinkedFiles:
         except OSError as exc:
             return f"not copied: {exc.strerror or exc}"
         self.copied_bytes += size
-        self.copies[real] = urllib.parse.quote(relative.as_posix())
+        self.copies[real] = self.by_content[digest] = urllib.parse.quote(relative.as_posix())
         return None
 
     def _free_name(self, name: str, folder: Sequence[str]) -> Path:
@@ -247,6 +355,14 @@ class LinkedFiles:
         return Cell(cls=cell.cls, parts=(Cell(cell.text, href=href), Cell(note, "detail warn")))
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _size(n: int) -> str:
     """A file size for people: ``62.3 MiB``, ``4.0 KiB``, ``512 B``."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
@@ -255,5 +371,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-__all__ = ["FILES_SUBDIR", "MAX_LINKED_FILES_TOTAL_BYTES", "MAX_LINKED_FILE_BYTES", "LinkedFiles",
-           "check_report_folder", "is_report_folder", "replacing_report_folder", "safe_file_name"]
+__all__ = ["FILES_SUBDIR", "INDEX_HTML", "MAX_LINKED_FILES_TOTAL_BYTES", "MAX_LINKED_FILE_BYTES", "REPORT_CONTENT",
+           "REPORT_JSON", "LinkedFiles", "check_report_folder", "dask_slurm_log_dir",
+           "describe_report", "is_report_folder", "replacing_report_folder", "report_files", "report_size",
+           "safe_file_name"]

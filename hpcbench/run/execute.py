@@ -15,7 +15,7 @@ import psutil
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.experiments import EXPERIMENTS
-from hpcbench.run.interrupt import RunInterrupted, SignalGuard, Stop
+from hpcbench.run.interrupt import RunInterrupted, SignalGuard, Stop, quiet_shutdown_kernel_manager
 from hpcbench.run.rundir import TaskStatus, now, read_status, task_dir, write_status
 from hpcbench.run.suite import TaskSpec
 
@@ -74,6 +74,9 @@ def execute_task(spec: TaskSpec, run_dir: Path, suite: str, *, kernel_name: str 
             parameters=notebook_parameters(spec, run_dir, suite),
             kernel_name=kernel_name, progress_bar=False, cwd=str(tdir),
             log_output=False, report_mode=False,
+            # No SIGINT into the kernel's last moments at shutdown: it printed
+            # "KeyboardInterrupt caught in kernel" on the user's terminal.
+            kernel_manager_class=quiet_shutdown_kernel_manager(),
             # The kernel's own start-up warnings (e.g. "running over TCP without encryption"
             # on a loopback-only kernel) would drown the progress bar; cell errors still
             # reach the executed notebook and the task's status.

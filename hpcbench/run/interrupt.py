@@ -22,6 +22,7 @@ from a thread) the guard is inert and Python's default behaviour stays.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -228,6 +229,52 @@ class SignalGuard:
         print(f"hpcbench: second signal ({signal_name(signum)}): killed every process of the run",
               file=sys.stderr, flush=True)
         os._exit(128 + signum)
+
+
+@functools.cache
+def quiet_shutdown_kernel_manager() -> type:
+    """The Jupyter kernel manager to run a task's notebook with: its shutdown sends the kernel no SIGINT.
+
+    jupyter_client starts every graceful shutdown by interrupting the kernel, SIGINT to the
+    kernel's whole process group, in case a cell still runs. Once papermill shuts the kernel down
+    the notebook has ended and nothing runs that a SIGINT should stop; the signal only reaches
+    whatever is mid-way: a kernel finishing its last message prints ``[IPKernelApp] ERROR |
+    KeyboardInterrupt caught in kernel.`` on the user's terminal, and a process the notebook left
+    in that group a traceback. Without it the shutdown is the rest of jupyter_client's sequence:
+    the shutdown request, then SIGTERM, then SIGKILL. What the notebook left in the kernel's
+    process group, which the SIGINT used to end, gets a SIGTERM once the kernel is gone: it ends
+    as quietly as the kernel. A stopped run never relies on any of it: :class:`SignalGuard` ends
+    the kernel and its descendants itself.
+
+    A function, not a module-level class: jupyter_client costs a third of a second to import,
+    which every ``hpcbench`` command would pay.
+
+    Returns:
+        A subclass of ``jupyter_client.manager.AsyncKernelManager`` (nbclient's default), for
+        ``papermill.execute_notebook(..., kernel_manager_class=...)``.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if self.shutting_down:  # set by shutdown_kernel before it interrupts
+                return
+            await super()._async_interrupt_kernel()
+
+        interrupt_kernel = _async_interrupt_kernel
+
+        async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+            pgid = getattr(self.provisioner, "pgid", None)
+            await super()._async_shutdown_kernel(now=now, restart=restart)
+            if pgid and not restart:
+                try:
+                    os.killpg(pgid, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass  # the group is empty: nothing was left behind
+
+        shutdown_kernel = _async_shutdown_kernel
+
+    return QuietShutdownKernelManager
 
 
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.5) -> bool:

@@ -8,10 +8,16 @@ shows "bucket 4 MiB: step p50 ..." rather than "0/1 task" for minutes.
 On a terminal: one tqdm bar with the newest progress line as its postfix. When
 stderr is not a terminal (a SLURM job's log, ``| tee``): no ``\\r`` redraws, one
 time-stamped line per event, and a heartbeat line when nothing was said for a while.
+
+The bar is a line without its newline, redrawn in place; anything else written to the
+terminal meanwhile lands at its end. What this process logs without a handler of its own
+(papermill's "Kernel died while waiting for execute reply", a library's warning) therefore
+goes through the bar while it is shown, on a line of its own.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -22,6 +28,20 @@ from hpcbench.run.rundir import TaskStatus, task_dir
 
 #: Seconds of silence after which plain output says what is still running.
 HEARTBEAT_S = 60.0
+
+
+class _ThroughTheBar(logging.Handler):
+    """Python's last-resort log handler (warnings and above, the bare message) writing through a tqdm bar."""
+
+    def __init__(self, bar, stream: IO[str]):
+        super().__init__(logging.WARNING)
+        self.bar, self.stream = bar, stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.bar.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - a log line must never break the run
+            self.handleError(record)
 
 
 class Progress:
@@ -41,6 +61,9 @@ class Progress:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, desc=desc, unit="task", file=self.stream)
+            # Python's handler of last resort writes to stderr, where the bar is: hand it the bar's writer.
+            self._last_resort = logging.lastResort
+            logging.lastResort = _ThroughTheBar(self._bar, self.stream)
 
     # -- events ----------------------------------------------------------------
     def say(self, message: str) -> None:
@@ -91,6 +114,8 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
+            if isinstance(logging.lastResort, _ThroughTheBar):
+                logging.lastResort = self._last_resort
             self._bar.close()
 
     # -- helpers ---------------------------------------------------------------

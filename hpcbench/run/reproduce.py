@@ -12,7 +12,7 @@
 4. Run the ``reproduce`` suite with the SLURM backend (5 launches of every experiment).
 5. Write the report, take the cluster down (also on failure).
 
-What it proves and what it cannot is in README ("make reproduce").
+What it proves and what it cannot is in slurm/README.md ("make reproduce").
 """
 
 from __future__ import annotations

@@ -157,4 +157,4 @@ def test_presenter_shows_plan_costs_and_what_ranks_got(tmp_path):
     assert cost.rows[0][8].text == "reproduced" and "5 launches x 12 steps" in cost.rows[0][7].text
     assert re.search(r": 2\.0\dx \[", cost.rows[0][7].text) and "not applicable: 1 NUMA node" in cost.rows[4][9].text
     assert [r[0].text for r in tables["affinity-plan"].rows] == ["plan (per local rank)", "srun arguments"]
-    assert len(tables["affinity-observed"].rows) == 4 * 2 * 2 and sections[0].figures[0].png_base64
+    assert len(tables["affinity-observed"].rows) == 4 * 2 * 2 and sections[0].figures[0].data

@@ -186,5 +186,5 @@ def test_report_section_table_figure_and_failed_checks(tmp_path):
     wire = table.columns.index("wire ratio (compressed part)")
     assert rows["quant2bit"][wire] == "0.0635" and rows["fp16"][wire] == "0.5" and rows["none"][wire] == "–"
     assert rows["none"][table.columns.index("bytes / step")] == "2.1 MiB"
-    assert len(section.figures) == 1 and section.figures[0].png_base64
+    assert len(section.figures) == 1 and section.figures[0].data
     assert section.notes[0].cls == "fail" and "+20.0% off none's" in section.notes[0].text

@@ -209,6 +209,6 @@ def test_presenter_and_plot_render_synthetic_launches(tmp_path):
     assert list(rows) == list(FAULTS)
     assert rows["slow_link"][3].text == "1/2" and rows["slow_storage"][3].text == "2/2"
     assert rows["slow_storage"][-2].text == "caught 2/2" and rows["none"][-2].text == "false alarms 0/2"
-    assert section.figures and section.figures[0].png_base64
+    assert section.figures and section.figures[0].data
     fig = practice_plot(summarize(write_launch(tmp_path, 0)))
     assert len(fig.axes) == 4

@@ -326,7 +326,7 @@ def test_presenter_and_plot_render_synthetic_launches(tmp_path):
     assert [(r[2].text, r[3].text) for r in table.rows] == [(r, m) for r in RATES for m in ("ddp", "hierarchical")]
     assert all(r[4].text == "2" for r in table.rows)  # launches
     assert all(r[-1].text == "2/2" and not cls for r, cls in zip(table.rows, table.row_classes) if r[3].text == "ddp")
-    assert section.figures and section.figures[0].png_base64
+    assert section.figures and section.figures[0].data
     assert {t.id for t in section.tables} >= {"scale-model-fits", "scale-model-c1"}
     fig = scale_model_plot(summarize(df[df["task_id"] == df["task_id"].iloc[0]]))
     assert len(fig.axes) == 2
@@ -370,11 +370,15 @@ def test_c1_predicted_column_reads_the_measured_link_efficiency():
                                   "link_efficiency": efficiencies})
         return Evidence("scale_model", summaries, pd.DataFrame(), pd.DataFrame())
 
-    rated = predict_c1_at_guide_scale(get_claim("C1"), evidence([]))
+    rated_prediction = predict_c1_at_guide_scale(get_claim("C1"), evidence([]))
+    rated = rated_prediction.describe()
+    # The summary row's headline: the busy share's range over the NIC counts the guide leaves open.
+    assert rated_prediction.headline == (f"{c1_prediction(1.0).busy_share * 100:.0f} %.."
+                                         f"{c1_prediction(1.0, nics=8).busy_share * 100:.0f} % busy, 1-8 NICs/node")
     assert "the rated link" in rated and f"{c1_prediction(1.0).busy_share * 100:.0f} % with 1 NIC per node" in rated
     assert f"{c1_prediction(1.0, nics=8).busy_share * 100:.0f} % with 8 NICs per node" in rated
     assert "2048 tokens per GPU" in rated and "neither the NIC count nor the tokens per GPU" in rated
-    slow = predict_c1_at_guide_scale(get_claim("C1"), evidence([0.5, 0.5, 0.7]))
+    slow = predict_c1_at_guide_scale(get_claim("C1"), evidence([0.5, 0.5, 0.7])).describe()
     assert "link efficiency 0.50 (measured, median of 3 phase(s))" in slow
     assert f"{c1_prediction(0.5).busy_share * 100:.0f} %" in slow
     assert c1_prediction(0.5).busy_share < c1_prediction(1.0).busy_share

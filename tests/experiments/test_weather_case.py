@@ -258,7 +258,7 @@ def test_report_section_puts_the_guides_table_beside_ours(tmp_path):
     assert float(rows["full"][4]) == pytest.approx(BASE_S / 3.5 * 1e3, rel=0.05)   # ms per micro-step
     assert rows["full"][5] == "60%" and float(rows["full"][6]) == pytest.approx(3.5, rel=0.05)
     assert rows["no_sync_only"][-1] == "0 (2 dropped)"
-    assert len(section.figures) == 1 and section.figures[0].png_base64
+    assert len(section.figures) == 1 and section.figures[0].data
 
 
 # -- the config and the estimate ----------------------------------------------------------------------

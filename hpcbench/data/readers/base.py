@@ -50,7 +50,8 @@ from hpcbench.data.resilience import EventLog, OpenedShard, ShardAccess, ShardCh
 from hpcbench.core.registry import Registry
 
 # torchvision 0.29 deprecates its JPEG decoder in favour of torchcodec, which the tested set
-# does not include; the decoder still works and is the one the issue names.
+# does not include; the decoder still works, and one decoder for every format keeps the
+# formats' read times comparable.
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
                         category=DeprecationWarning)
 

@@ -54,6 +54,12 @@ def estimate(cfg: AdvisorConfig) -> Estimate:
                     seconds=None if unknown else seconds, device_memory_per_rank=peak if gpu else 0, basis=basis)
 
 
+#: Toy size (``hpcbench run advisor --toy``): two regimes, two steps each and a three-size probe: the advice on two
+#: phases in seconds.
+TOY = dict(regimes=["bandwidth", "latency"], bandwidth_batch_size=1, latency_batch_size=1, warmup_steps=1, steps=2,
+           layout_repeats=1, probe_sizes=[4096, 65536, 524288], probe_iters=1)
+
+
 SPEC = register(Experiment(
     name="advisor",
     notebook="13_advisor.ipynb",
@@ -66,4 +72,5 @@ SPEC = register(Experiment(
     present=present_advisor,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

@@ -9,7 +9,7 @@ import pandas as pd
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES
 from hpcbench.experiments.advisor.summary import SERIES, SUMMARY_KEYS
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 pick, png_of, present_stats, text_table)
+                                 pick, image_of, present_stats, text_table)
 
 #: Summary column -> heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"sample_p50_ms": "per sample p50 (ms)", "gain_p50": "measured gain", "predicted_gain": "predicted gain",
@@ -75,6 +75,6 @@ def _figure(med: pd.DataFrame) -> Figure:
     draw_gains(fig.subplots(), one[one["technique"] != BASELINE])
     fig.tight_layout()
     return Figure(title=f"measured and predicted gain per technique and regime ({first['source']} · "
-                        f"{first['variant']})", png_base64=png_of(fig),
+                        f"{first['variant']})", data=image_of(fig),
                   alt="bars of each technique's gain per sample over the baseline in each regime, the advisor's "
                       "pick marked, the predicted gain as diamonds")

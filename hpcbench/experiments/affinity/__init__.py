@@ -46,6 +46,12 @@ def estimate(cfg: AffinityConfig) -> Estimate:
     return Estimate(memory_per_rank=peak, ranks=cfg.nodes * cfg.ranks_per_node, seconds=seconds, basis=basis)
 
 
+#: Toy size (``hpcbench run affinity --toy``): every mistake on two steps of a 16x16 batch of 2, a 16 MiB NUMA
+#: buffer: each phase's mechanics in seconds.
+TOY = dict(batch_size=2, image_size=16, warmup_steps=1, steps=2, loader_batches=1, sample_work=1, buffer_bytes=16 << 20,
+           reads_per_step=1 << 14)
+
+
 SPEC = register(Experiment(
     name="affinity",
     notebook="06_affinity.ipynb",
@@ -59,4 +65,5 @@ SPEC = register(Experiment(
     raw_rows=True,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

@@ -8,7 +8,7 @@ from hpcbench.core.results import expand_labels
 from hpcbench.experiments.affinity.rules import COST_REFERENCE, MIN_COST, judge_costs
 from hpcbench.experiments.affinity.summary import MISTAKE, RIGHT, TITLES, costs
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number,
-                                 present_stats, png_of)
+                                 present_stats, image_of)
 from hpcbench.report.ledger import evidence_for
 
 #: Plan records in the order the section shows them, with their headings.
@@ -129,6 +129,6 @@ def _figure(source: str, summaries: pd.DataFrame, judgements) -> Figure:
     draw_slowdowns(right, slowdown_rows(med, judgements), MIN_COST)
     fig.tight_layout()
     return Figure(title=f"{source}: step time with each mistake and the right way; the slowdown with its interval",
-                  png_base64=png_of(fig),
+                  data=image_of(fig),
                   alt=f"bars of step time per mistake ({MISTAKE} vs {RIGHT}) and the slowdown per mistake with its "
                       f"95 % interval against the {MIN_COST:g}x bound")

@@ -52,6 +52,11 @@ def estimate(cfg: BatchScalingConfig) -> Estimate:
               f"+ {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task")
 
 
+#: Toy size (``hpcbench run batch_scaling --toy``): two batch factors, two steps each: both regimes and the
+#: calibration path, not a curve.
+TOY = dict(factors=[1, 4], steps=2, calibration_steps=2)
+
+
 SPEC = register(Experiment(
     name="batch_scaling",
     notebook="01_batch_scaling.ipynb",
@@ -63,4 +68,5 @@ SPEC = register(Experiment(
     present=present_batch_scaling,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C2_GAIN
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, pick,
-                                 png_of, present_stats, source_variants, text_table)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                 legend_below, pick, present_stats, source_variants, text_table)
 
 
 def present_batch_scaling(data: ExperimentData) -> list[Section]:
@@ -57,10 +57,10 @@ def present_batch_scaling(data: ExperimentData) -> list[Section]:
         ax.set_xlabel("batch factor (dotted: the guide's 3.2x)")
         ax.set_ylabel("throughput per rank / smallest batch")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
+        legend_below(ax)
         fig.tight_layout()
         section.figures.append(Figure(title="per-rank throughput gain against the batch factor",
-                                      png_base64=png_of(fig), alt="lines of throughput gain per batch factor"))
+                                      data=image_of(fig), alt="lines of throughput gain per batch factor"))
     table = text_table(data.text, caption="Facts and values not measured")
     if table is not None:
         section.tables.append(table)

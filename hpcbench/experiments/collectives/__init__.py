@@ -54,6 +54,11 @@ def estimate(cfg: CollectivesConfig) -> Estimate:
               f"+ {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task")
 
 
+#: Toy size (``hpcbench run collectives --toy``): two ops up to 64 KiB, three timed iterations: every group and the
+#: fit, not a bandwidth.
+TOY = dict(ops=["all_reduce", "all_gather"], max_bytes=65536, warmup_iters=1, iters=3)
+
+
 SPEC = register(Experiment(
     name="collectives",
     notebook="10_collectives.ipynb",
@@ -65,4 +70,5 @@ SPEC = register(Experiment(
     resources=distributed_resources,
     reads=("environment",),
     estimate=estimate,
+    toy=TOY,
 ))

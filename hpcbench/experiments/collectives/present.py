@@ -8,8 +8,8 @@ from typing import Sequence
 import pandas as pd
 
 from hpcbench.core.units import format_bytes
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, ordered,
-                                 png_of, present_stats, rank_in, text_table)
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                 legend_below, ordered, present_stats, rank_in, text_table)
 
 _TO_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3}
 OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -174,10 +174,10 @@ def _busbw_figure(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Figure |
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("busbw p50 (GB/s)")
         ax.grid(True, alpha=0.3)
-        if i == len(panels) - 1 and ax.get_legend() is not None:
-            ax.legend(fontsize=7, loc="best")
+        if i == len(panels) - 1:
+            legend_below(ax, ncol=3)
     for j in range(len(panels), nrows * ncols):
         axes[j // ncols][j % ncols].set_visible(False)
     fig.tight_layout()
-    return Figure(title="busbw p50 vs message size", png_base64=png_of(fig),
+    return Figure(title="busbw p50 vs message size", data=image_of(fig),
                   alt="bus bandwidth p50 against message size, one panel per source and variant")

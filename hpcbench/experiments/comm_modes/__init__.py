@@ -54,6 +54,12 @@ def estimate(cfg: CommModesConfig) -> Estimate:
                     device_memory_per_rank=peak if gpu else 0, basis=basis)
 
 
+#: Toy size (``hpcbench run comm_modes --toy``): one model, the flat and the two-level mode, two steps each, no
+#: profiler traces.
+TOY = dict(models=["gpt2_tiny"], modes=["ddp", "hierarchical"], batch_size=2, warmup_steps=1, steps=2, trace=False,
+           calibration_steps=2)
+
+
 SPEC = register(Experiment(
     name="comm_modes",
     notebook="02_comm_modes.ipynb",
@@ -66,4 +72,5 @@ SPEC = register(Experiment(
     present=present_comm_modes,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

@@ -10,7 +10,8 @@ from hpcbench.core.units import format_bytes
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 ordered, pick, png_of, present_stats, rank_in, source_variants, text_table)
+                                 image_of, legend_below, ordered, pick, present_stats, rank_in, source_variants,
+                                 text_table)
 
 MODE_ORDER = ("ddp", "hybrid_dp_ddp", "hierarchical", "hierarchical_leader")
 
@@ -90,7 +91,7 @@ def _comm_modes_figure(tput: pd.DataFrame, pairs: list[tuple[str, str]]) -> Figu
     left.set_ylabel("throughput p50 / ddp")
     left.set_title("modes at the largest bucket", fontsize=9)
     left.tick_params(axis="x", rotation=15)
-    left.legend(fontsize=6)
+    legend_below(left, ncol=1)
     if sweep.any():
         sw = plot[sweep]
         sns.lineplot(data=sw, x="bucket_cap_mb", y="p50", hue="mode", style="series", markers=True, ax=right,
@@ -98,7 +99,7 @@ def _comm_modes_figure(tput: pd.DataFrame, pairs: list[tuple[str, str]]) -> Figu
         right.set_xscale("log", base=2)
         right.axvline(IB_MTU_BUCKET_MB, color="red", ls=":", lw=1)
         right.set_yscale("log")
-        right.legend(fontsize=6)
+        legend_below(right)
     else:
         right.text(0.5, 0.5, "no bucket sweep", ha="center", va="center")
     right.set_xlabel("bucket_cap_mb (MiB; dotted: 4 KiB IB MTU)")
@@ -107,5 +108,5 @@ def _comm_modes_figure(tput: pd.DataFrame, pairs: list[tuple[str, str]]) -> Figu
     for ax in (left, right):
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    return Figure(title="throughput against plain DDP, and against the bucket size", png_base64=png_of(fig),
+    return Figure(title="throughput against plain DDP, and against the bucket size", data=image_of(fig),
                   alt="bars of throughput relative to DDP per mode; lines of throughput against bucket size")

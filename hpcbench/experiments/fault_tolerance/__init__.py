@@ -93,6 +93,13 @@ def estimate(cfg: FaultToleranceConfig) -> Estimate:
               f"process, + {approx_bytes(TASK_BASE_BYTES)} per task{note}")
 
 
+#: Toy size (``hpcbench run fault_tolerance --toy``): one small model, three failures a few tenths of a second
+#: apart, four survival jobs.
+TOY = dict(models=["gpt2_tiny"], zstd_levels=[0, 3], repeats=2, steps_between_saves=1, failures=3,
+           failure_light_every_s=0.3, failure_mtbf_s=0.3, overhead_saves=2, survival_jobs=4, survival_try_s=0.1,
+           survival_mtbf_s=0.15, seq_len=16)
+
+
 SPEC = register(Experiment(
     name="fault_tolerance",
     notebook="08_fault_tolerance.ipynb",
@@ -103,4 +110,5 @@ SPEC = register(Experiment(
     rules=RULES,
     present=present_fault_tolerance,
     estimate=estimate,
+    toy=TOY,
 ))

@@ -9,7 +9,7 @@ import pandas as pd
 
 from hpcbench.experiments.fault_tolerance.plot import draw_survival
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 pick, png_of, present_stats, source_variants, text_table)
+                                 pick, image_of, present_stats, source_variants, text_table)
 from hpcbench.report.verdict import clopper_pearson
 
 TIER_ORDER = {"full": 0, "light": 1}
@@ -187,7 +187,7 @@ def present_fault_tolerance(data: ExperimentData) -> list[Section]:
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
         section.figures.append(Figure(title="job wrapper: failed share of jobs against p_try^tries",
-                                      png_base64=png_of(fig), alt="points of measured failure share on p^t lines"))
+                                      data=image_of(fig), alt="points of measured failure share on p^t lines"))
     checks = stats[stats["metric"].isin(["restore_equal", "checkpoint_named", "torn_checkpoint_skipped"])]
     check_note(section, checks, fail="a correctness check failed: a restored state differed, a name lacked host or "
                                      "job id, or a torn checkpoint was not skipped (those launches do not count)",

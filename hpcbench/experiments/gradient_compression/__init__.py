@@ -59,6 +59,11 @@ def estimate(cfg: CompressionConfig) -> Estimate:
                     device_memory_per_rank=peak if gpu else 0, basis=basis)
 
 
+#: Toy size (``hpcbench run gradient_compression --toy``): two compressions (none, quant2bit) on two steps: the
+#: hooks and their error feedback, not a speed-up.
+TOY = dict(compressions=["none", "quant2bit"], no_feedback_ablation=False, batch_size=2, steps=2, calibration_steps=2)
+
+
 SPEC = register(Experiment(
     name="gradient_compression",
     notebook="04_gradient_compression.ipynb",
@@ -70,4 +75,5 @@ SPEC = register(Experiment(
     present=present_compression,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

@@ -7,7 +7,7 @@ import pandas as pd
 from hpcbench.core.units import approx_bytes
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.gradient_compression.summary import ORDER
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
                                  present_stats, rank_in, source_variants, text_table)
 
 #: (column of the summary, header, digits; None: bytes)
@@ -96,5 +96,5 @@ def _figure(summaries: pd.DataFrame) -> Figure | None:
     draw_relative(ran.assign(series=series), tuple(fig.subplots(1, 2)))
     fig.tight_layout()
     return Figure(title="bytes on the wire and communication time per compression, relative to none",
-                  png_base64=png_of(fig), alt="bars of bytes per step and communication time relative to the "
+                  data=image_of(fig), alt="bars of bytes per step and communication time relative to the "
                                               "float32 all-reduce, per compression")

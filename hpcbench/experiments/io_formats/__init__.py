@@ -51,6 +51,12 @@ def estimate(cfg: IoFormatsConfig) -> Estimate:
               f"disk: ~{approx_bytes(data * (folders + cfg.stage))}{given}")
 
 
+#: Toy size (``hpcbench run io_formats --toy``): 24 images of ~20 KB in 100 KB shards, one prefetch factor: every
+#: format's reader in seconds.
+TOY = dict(images=24, classes=3, mean_image_kb=20, shard_size=100_000, prefetch_factors=[1], batch_size=4, compute_ms=5,
+           image_size=32)
+
+
 SPEC = register(Experiment(
     name="io_formats",
     notebook="03_io_formats.ipynb",
@@ -61,4 +67,5 @@ SPEC = register(Experiment(
     rules=RULES,
     present=present_io_formats,
     estimate=estimate,
+    toy=TOY,
 ))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 lookup, ordered, png_of, present_stats, rank_in, stats_table, text_table)
+                                 image_of, legend_below, lookup, ordered, present_stats, rank_in, stats_table,
+                                 text_table)
 
 IO_FORMAT_ORDER = ("files", "hdf5", "tfrecord", "tar")
 _IO_COLUMNS = (("samples_per_s", "mean", 1.0, "samples/s"), ("mb_per_s", "mean", 1.0, "MB/s"),
@@ -70,7 +71,7 @@ def _io_figure(sps: pd.DataFrame) -> Figure | None:
                 ax=ax)
     ax.set_ylabel("samples/s (cold cache, mean)")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=6)
+    legend_below(ax)
     fig.tight_layout()
-    return Figure(title="samples/s per format and DataLoader setting", png_base64=png_of(fig),
+    return Figure(title="samples/s per format and DataLoader setting", data=image_of(fig),
                   alt="bar chart of samples per second for each storage format")

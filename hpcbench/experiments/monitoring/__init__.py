@@ -27,6 +27,12 @@ def estimate(cfg: MonitoringConfig) -> Estimate:
                           f"{PHASE_OVERHEAD_S:g} s each")
 
 
+#: Toy size (``hpcbench run monitoring --toy``): the baseline and the two faults one machine can apply, 2 s each at
+#: 2 Hz (an alert needs 3 samples: it may or may not fire; the mechanics run).
+TOY = dict(faults=["none", "slow_storage", "cpu_contention"], phase_s=2.0, interval_s=0.5, min_steps=3,
+           warmup_steps=1)
+
+
 SPEC = register(Experiment(
     name="monitoring",
     notebook="07_monitoring.ipynb",
@@ -38,4 +44,5 @@ SPEC = register(Experiment(
     present=present_monitoring,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

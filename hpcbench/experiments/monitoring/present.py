@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.experiments.monitoring.summary import UTIL_HEALTHY_MIN
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
                                  present_stats, text_table)
 
 C6_COLUMNS = {"tcp_retransmission_rate_worst": "TCP retrans. worst", "storage_read_p99_worst": "read P99 worst (s)",
@@ -56,5 +56,5 @@ def _figure(s: pd.DataFrame) -> Figure:
     left, right = fig.subplots(1, 2)
     draw_monitoring(left, right, med)
     fig.tight_layout()
-    return Figure(title="step slowdown and utilisation per fault, with the C6 alerts", png_base64=png_of(fig),
+    return Figure(title="step slowdown and utilisation per fault, with the C6 alerts", data=image_of(fig),
                   alt="bars per fault of step time over the baseline, and of utilisation coloured by alert")

@@ -61,6 +61,10 @@ def estimate(cfg: OverlapExperimentConfig) -> Estimate:
                     device_memory_per_rank=peak if gpu else 0, basis=basis)
 
 
+#: Toy size (``hpcbench run overlap --toy``): two steps of each micro-step count, a 2-sample loss check.
+TOY = dict(batch_size=2, warmup_steps=1, steps=2, layout_repeats=2, loss_samples=8)
+
+
 SPEC = register(Experiment(
     name="overlap",
     notebook="05_overlap.ipynb",
@@ -72,4 +76,5 @@ SPEC = register(Experiment(
     present=present_overlap,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

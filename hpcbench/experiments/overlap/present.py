@@ -7,7 +7,7 @@ import pandas as pd
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.overlap.summary import SUMMARY_KEYS, series_name
 from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 ordered, pick, png_of, present_stats, slug, source_variants, text_table)
+                                 ordered, pick, image_of, present_stats, slug, source_variants, text_table)
 
 #: Summary column -> table heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"throughput_total_p50": "samples/s p50 (total)", "step_p50_ms": "step p50 (ms)",
@@ -79,5 +79,5 @@ def _figure(med: pd.DataFrame) -> Figure:
     fig = MplFigure(figsize=(max(6.0, 1.4 * len(split)), 3.8))
     draw_time_per_sample(fig.subplots(), split)
     fig.tight_layout()
-    return Figure(title="time per sample by series: compute and exposed communication", png_base64=png_of(fig),
+    return Figure(title="time per sample by series: compute and exposed communication", data=image_of(fig),
                   alt="stacked bars per series of compute time per sample and exposed communication per sample")

@@ -26,6 +26,11 @@ def estimate(cfg: PracticeConfig) -> Estimate:
                           f"phases of {cfg.phase_s:g} s + {PHASE_OVERHEAD_S:g} s each")
 
 
+#: Toy size (``hpcbench run practice --toy``): the baseline and the two faults one machine can apply, 1.5 s each:
+#: each gate's mechanics, not its verdict.
+TOY = dict(faults=["none", "slow_storage", "cpu_contention"], phase_s=1.5, min_steps=3, warmup_steps=1, batch_size=4)
+
+
 SPEC = register(Experiment(
     name="practice",
     notebook="12_practice.ipynb",
@@ -38,4 +43,5 @@ SPEC = register(Experiment(
     present=present_practice,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

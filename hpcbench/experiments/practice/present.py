@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.experiments.practice.config import NO_FAULT
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
                                  present_stats, text_table)
 
 GATE_COLUMNS = {"step_time_cv": "step-time std/mean", "comm_share": "comm share", "read_p99_s": "read P99 (s)"}
@@ -64,5 +64,5 @@ def _figure(s: pd.DataFrame) -> Figure:
     draw_practice(fig.subplots(1, 4), med)
     fig.tight_layout()
     return Figure(title="step slowdown and the gate's three values per fault (medians over launches)",
-                  png_base64=png_of(fig), alt="bars per fault of step time over the baseline and of each gate "
+                  data=image_of(fig), alt="bars per fault of step time over the baseline and of each gate "
                                               "value, red where it breaks its limit")

@@ -67,6 +67,12 @@ def estimate(cfg: ScaleModelConfig) -> Estimate:
                     basis=basis)
 
 
+#: Toy size (``hpcbench run scale_model --toy``): one link rate, all-reduce up to 64 KiB, three training steps: the
+#: fits and the prediction's mechanics.
+TOY = dict(link_rates=["1gbit"], ops=["all_reduce"], min_bytes=1024, max_bytes=65536, iters=2, steps=3, warmup_steps=1,
+           codec_repeats=1)
+
+
 SPEC = register(Experiment(
     name="scale_model",
     notebook="09_scale_model.ipynb",
@@ -83,4 +89,5 @@ SPEC = register(Experiment(
     present=present_scale_model,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

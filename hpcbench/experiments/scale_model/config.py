@@ -45,7 +45,8 @@ MODE_NAMES = tuple(RUN_MODES.names())
 
 #: Collectives the worker can time, and the ones each mode's stages are priced with.
 OP_NAMES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter")
-#: Sizes a fit needs at least (the issue: >= 4; an alpha-beta fit with errors needs 3).
+#: Sizes a fit needs at least: an alpha-beta fit with errors needs 3; a fourth leaves two residual degrees of
+#: freedom, so the fit's errors do not rest on a single residual.
 MIN_SIZES = 4
 #: The rate of a phase outside the emulated cluster, where no link can be shaped.
 UNSHAPED = "unshaped"

@@ -8,7 +8,7 @@ import pandas as pd
 
 from hpcbench.experiments.scale_model.rules import pct
 from hpcbench.experiments.scale_model.summary import TOLERANCE
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
                                  present_stats, text_table)
 
 KEYS = ["source", "variant", "link_rate"]
@@ -133,6 +133,6 @@ def _figure(steps: pd.DataFrame) -> Figure:
     draw_residuals(right, med)
     fig.tight_layout()
     return Figure(title="predicted vs measured step time per mode across link rates, and the residuals",
-                  png_base64=png_of(fig),
+                  data=image_of(fig),
                   alt="per mode, measured median step time with its interval and the predicted line across link "
                       "rates; bars of the relative residual per rate and mode with the 15 % bounds")

@@ -38,6 +38,11 @@ def estimate(cfg: ScalingConfig) -> Estimate:
                           f"2 x {cfg.warmup_steps + cfg.steps} steps each")
 
 
+#: Toy size (``hpcbench run scaling --toy``): stages of 1 and 2 nodes, the 10 steps a gate needs at least, of a
+#: batch of 2.
+TOY = dict(stages=[1, 2], batch_size=2, warmup_steps=1, steps=10)
+
+
 SPEC = register(Experiment(
     name="scaling",
     notebook="11_scaling.ipynb",
@@ -49,4 +54,5 @@ SPEC = register(Experiment(
     present=present_scaling,
     resources=resources,
     estimate=estimate,
+    toy=TOY,
 ))

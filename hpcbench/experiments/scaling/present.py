@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.experiments.scaling.summary import SUMMARY_KEYS
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
                                  present_stats, text_table)
 
 #: Summary column -> table heading; each cell is the median over the launches of a source and variant.
@@ -68,5 +68,5 @@ def _figure(ran: pd.DataFrame) -> Figure:
     fig = MplFigure(figsize=(max(6.0, 1.2 * len(med)), 3.8))
     draw_efficiency(fig.subplots(), med, reference=C13_MIN_EFFICIENCY)
     fig.tight_layout()
-    return Figure(title="per-node efficiency per stage (median over launches)", png_base64=png_of(fig),
+    return Figure(title="per-node efficiency per stage (median over launches)", data=image_of(fig),
                   alt="bars per stage of per-node throughput relative to one node, coloured by the gate")

@@ -67,6 +67,12 @@ def estimate(cfg: WeatherCaseConfig) -> Estimate:
                  if calibration_s else ""))
 
 
+#: Toy size (``hpcbench run weather_case --toy``): the original and the full stage, two steps of micro-batches of
+#: 2, no profiler traces.
+TOY = dict(stages=["original", "full"], micro_batch=2, loss_samples=8, warmup_steps=0, steps=2, trace=False,
+           calibration_steps=2)
+
+
 SPEC = register(Experiment(
     name="weather_case",
     notebook="20_weather_case.ipynb",
@@ -80,4 +86,5 @@ SPEC = register(Experiment(
     present=present_weather_case,
     resources=distributed_resources,
     estimate=estimate,
+    toy=TOY,
 ))

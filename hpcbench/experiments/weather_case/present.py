@@ -11,7 +11,7 @@ from hpcbench.core.units import format_bytes
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.weather_case.plot import draw_speedups, speedup_frame
 from hpcbench.experiments.weather_case.stages import STAGE_ORDER
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, png_of,
+from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
                                  present_stats, source_variants, text_table)
 
 #: Columns pooled over launches as the median of the per-launch values.
@@ -97,7 +97,7 @@ def present_weather_case(data: ExperimentData) -> list[Section]:
     draw_speedups(fig.subplots(), frame, STAGE_ORDER)
     fig.tight_layout()
     section.figures.append(Figure(title="speed-up of each stage over original: the guide's and ours",
-                                  png_base64=png_of(fig),
+                                  data=image_of(fig),
                                   alt="bars per stage of original's time over the stage's, the guide's beside ours"))
     if len(data.stats):
         section.tables += diagnostics_tables(

@@ -38,8 +38,8 @@ class ReadLatencyFeed:
     to its path only, so it can be handed to worker processes.
 
     Args:
-        path: the feed file (created on first write); put it on local disk, next to the
-            sampler's records.
+        path: the feed file (created on first write, with its folder); put it on local disk, next to
+            the sampler's records.
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -51,6 +51,9 @@ class ReadLatencyFeed:
     def record_read(self, seconds: float) -> None:
         """Report one read that took ``seconds`` (call it right after the read returns)."""
         if self._fd is None or self._pid != os.getpid():  # a forked worker opens its own descriptor
+            # The feed's name often comes from a node name, and an emulated node's ("host/node0") holds a
+            # slash: its folder may not exist yet. Every writer makes it, so no caller has to know.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._pid = os.getpid()
         os.write(self._fd, _RECORD.pack(float(seconds)))

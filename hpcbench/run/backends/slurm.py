@@ -105,6 +105,22 @@ def _client(argv: list[str], *, check: bool = True) -> subprocess.CompletedProce
     return proc
 
 
+def unreachable_message(answer: str, slurm_conf: str | None) -> str:
+    """Why the SLURM backend cannot start here, in one paragraph: squeue's own verdict and where to look.
+
+    squeue's answer without a cluster is several lines of DNS and config-source errors; only
+    the last one ("fatal: ...") says what went wrong, and none says what to do about it.
+    """
+    lines = [ln.strip() for ln in answer.splitlines() if ln.strip()]
+    said = next((ln for ln in reversed(lines) if "fatal" in ln), lines[-1] if lines else "no answer")
+    said = said.removeprefix("squeue: ")
+    conf = (f"SLURM_CONF={slurm_conf}: is that the cluster's slurm.conf, and is its slurmctld up?" if slurm_conf
+            else "SLURM_CONF is not set: point it at the cluster's slurm.conf (on a login node the default "
+                 "/etc/slurm/slurm.conf usually is).")
+    return (f"--backend slurm: no slurmctld answers (squeue: {said}). Hint: {conf} For the emulated cluster: "
+            f"`hpcbench cluster up` (root), then export what it prints; or run on this machine with --backend local")
+
+
 def squeue_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     """``{job_id or array element id: (state, nodes)}`` of the jobs SLURM still knows."""
     if not job_ids:
@@ -156,7 +172,9 @@ class SlurmBackend(Backend):
                 raise SlurmError(f"{exe} is not on PATH: the SLURM backend needs the SLURM client commands "
                                  "(Debian: apt-get install slurm-client; for the emulated cluster: hpcbench cluster up)")
         sbatch_directives(options)  # bad site options fail before the run dir exists
-        _client(["squeue", "-h", "-o", "%i"])  # slurmctld reachable
+        proc = _client(["squeue", "-h", "-o", "%i"], check=False)
+        if proc.returncode != 0:
+            raise SlurmError(unreachable_message(proc.stderr or proc.stdout, os.environ.get("SLURM_CONF")))
 
     def run_tasks(self, tasks: list[TaskSpec], ctx: RunContext) -> list[TaskStatus]:
         """Submit ``tasks``, poll them to the end; resubmit job failures ``options["retries"]`` times.
