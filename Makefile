@@ -45,21 +45,22 @@ demo: setup
 NICS ?= 8
 REPRODUCE_ARGS ?=
 reproduce: setup
-	$(PY) -m hpcbench.run.reproduce --nics $(NICS) --report reports/reproduce $(REPRODUCE_ARGS)
+	$(PY) -m hpcbench.reproduce --nics $(NICS) --report reports/reproduce $(REPRODUCE_ARGS)
 
+# An experiment's own benchmark is its package's bench module; hpcbench/bench/ holds the shared machinery's.
 bench: setup
-	$(PY) -m hpcbench.bench.collectives_overhead
-	$(PY) -m hpcbench.bench.io_formats
-	$(PY) -m hpcbench.bench.checkpoint_stall
+	$(PY) -m hpcbench.experiments.collectives.bench
+	$(PY) -m hpcbench.experiments.io_formats.bench
+	$(PY) -m hpcbench.experiments.fault_tolerance.bench
 	$(PY) -m hpcbench.bench.hdf5_reads
 	$(PY) -m hpcbench.bench.sampler_overhead
 
 # Root, slurm-wlm and munge: these bring up the emulated cluster and take it down again.
 bench-cluster: setup
 	$(PY) -m hpcbench.bench.slurm_cluster --link-rate 1gbit
-	$(PY) -m hpcbench.bench.comm_modes --link-rate 1gbit
-	$(PY) -m hpcbench.bench.compression --link-rate 200mbit
-	$(PY) -m hpcbench.bench.weather_case --link-rate 100mbit
+	$(PY) -m hpcbench.experiments.comm_modes.bench --link-rate 1gbit
+	$(PY) -m hpcbench.experiments.gradient_compression.bench --link-rate 200mbit
+	$(PY) -m hpcbench.experiments.weather_case.bench --link-rate 100mbit
 
 # One GPU, a few minutes: training throughput + MFU, the CUDA prefetcher, NCCL at world size 1,
 # CUDA memory as records. Exit 1 if a check failed; without a GPU it says so and exits 0.

@@ -223,7 +223,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    from hpcbench.advise import advice_json, collect_run_advice, format_advice
+    from hpcbench.advise import advice_json, format_advice
+    from hpcbench.report.advice import collect_run_advice
 
     found = collect_run_advice(Path(args.run_dir), task=args.task)
     if not found.advices:

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.advise import AdviceError, Thresholds, advise, advise_run, find_series
+from hpcbench.advise import AdviceError, Thresholds, advise, find_series
 from hpcbench.cli import main
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordContext, RecordWriter, read_records
+from hpcbench.report.advice import advise_run
 from hpcbench.scale.algorithms import collective_cost
 from hpcbench.system.facts import write_facts
 

@@ -128,9 +128,9 @@ def test_cluster_run_gives_every_regime_a_pick(cluster_run):
 def test_presenter_renders_a_run(local_run):
     from hpcbench.core.results import expand_labels
     from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
 
     df = local_run[0].assign(source="run")
     stats = expand_labels(series_stats(df[df["value"].notna()]))

@@ -4,9 +4,9 @@ import nbformat
 import pandas as pd
 import pytest
 
+from hpcbench.core.errors import ConfigError
 from hpcbench.experiments.batch_scaling.config import BatchScalingConfig
 from hpcbench.experiments.batch_scaling.summary import step_cost_model
-from hpcbench.core.errors import ConfigError
 from conftest import execute_notebook
 
 
@@ -69,7 +69,7 @@ def test_on_the_cluster_the_1x_step_is_calibrated_to_the_guides_regime(emulated_
     from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 
     from hpcbench.cluster import load_cluster
-    from hpcbench.report.ledger import facts_of
+    from hpcbench.judge.evidence import facts_of
 
     require_cluster_prerequisites()
     _, df = run_task_on_cluster(emulated_cluster, tmp_path / "run", "batch_scaling", ON_CLUSTER)

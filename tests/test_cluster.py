@@ -147,7 +147,7 @@ def test_srun_cpu_bind_really_binds_on_the_emulated_nodes(emulated_cluster):
     from hpcbench.affinity.emit import srun_args
     from hpcbench.affinity.plan import plan_binding
     from hpcbench.affinity.topology import read_topology
-    from hpcbench.system.inventory import parse_cpulist
+    from hpcbench.affinity.topology import parse_cpulist
 
     plan = plan_binding(read_topology(), 2)
     args = [a for a in srun_args(plan) if a.startswith(("--cpu-bind", "--ntasks-per-node"))]

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.parallel.hooks import padded_length
+from hpcbench.core.errors import ConfigError, RegistryError
+from hpcbench.core.results import RecordContext, read_records
+from hpcbench.dist import Topology, launch
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB, CommModesConfig
 from hpcbench.experiments.comm_modes.summary import bucket_findings, mode_gains, summarize, verify_records
 from hpcbench.experiments.comm_modes.worker import compare_gradients, run_worker
+from hpcbench.parallel.hooks import padded_length
 from hpcbench.parallel.modes import check_layout, hybrid_not_applicable_reason
-from hpcbench.dist import Topology, launch
-from hpcbench.core.errors import ConfigError, RegistryError
-from hpcbench.core.results import RecordContext, read_records
 
 TESTS = Path(__file__).resolve().parent
 
@@ -200,7 +200,7 @@ def test_comm_share_and_bucket_sweep_records(modes_run):
 
 
 def test_the_first_resnet_records_its_regime_without_a_cluster_to_steer(modes_run):
-    from hpcbench.report.ledger import facts_of
+    from hpcbench.judge.evidence import facts_of
 
     _, df = modes_run
     facts = facts_of(df)

@@ -61,9 +61,9 @@ def test_estimate_counts_every_series_and_says_what_it_cannot(monkeypatch):
     many = exp.estimate(CompressionConfig.from_dict({}))
     assert many.memory_per_rank > few.memory_per_rank and many.seconds > few.seconds > 0
     assert many.ranks == 4 and "7 series incl. the no-op run" in many.basis
-    import hpcbench.experiments.gradient_compression as package
+    import hpcbench.experiments.training_estimate as shared
 
-    monkeypatch.setattr(package, "training_memory", lambda *a, **k: None)
+    monkeypatch.setattr(shared, "training_memory", lambda *a, **k: None)
     unknown = exp.estimate(CompressionConfig.from_dict({}))
     assert unknown.seconds is None and "no footprint for weather_tiny: not counted" in unknown.basis
 

@@ -390,9 +390,9 @@ def test_comm_modes_report_links_the_traces(dist_run):
     from hpcbench.core.results import expand_labels
     from hpcbench.experiments import EXPERIMENTS
     from hpcbench.experiments.comm_modes.summary import summarize
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
 
     _, out, df = dist_run
     df = _experiment_rows(df).assign(source="run")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcbench.affinity.topology import parse_cpulist
 from hpcbench.experiments.environment.config import EnvironmentConfig
 from hpcbench.system.inventory import (
     ABSENT,
@@ -19,7 +20,6 @@ from hpcbench.system.inventory import (
     InventoryItem,
     collect_inventory,
     inventory_frame,
-    parse_cpulist,
     parse_ib_rate,
     parse_mpi_version,
     parse_nvidia_smi_gpus,

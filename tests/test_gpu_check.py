@@ -130,7 +130,7 @@ def test_table_json_writes_nan_as_null(tmp_path):
     r = gc.CheckResult("c", "pass", "k", 1.0, details={"mfu": float("nan"), "step_s": [0.1, 0.2]})
     data = json.loads(gc.write_table_json([r], tmp_path / "t.json", {"device": "x"}).read_text())
     assert data["checks"][0]["details"] == {"mfu": None, "step_s": [0.1, 0.2]}
-    assert data["exit_code"] == 0 and data["environment"] == {"device": "x"}
+    assert data["exit_code"] == 0 and data["system"] == {"device": "x"}
 
 
 def test_a_raising_check_fails_alone_and_the_others_run(tmp_path, capsys):

@@ -11,7 +11,7 @@ import pytest
 from hpcbench.core.errors import ConfigError, RegistryError
 from hpcbench.core.facts import GUIDE_C3_GPT2, GUIDE_C3_RESNET
 from hpcbench.guide.claims import get_claim
-from hpcbench.report.ledger import Evidence
+from hpcbench.judge.evidence import Evidence
 from hpcbench.scale.guide_scale import (GUIDE_NODES, GUIDE_PREDICTORS, NIC_COUNTS, MeasuredInputs, params_for_comm,
                                         predict_c3, predict_c7, predict_c8, predict_c9, predict_claim, predictor,
                                         weather_params)

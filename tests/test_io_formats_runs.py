@@ -108,8 +108,8 @@ def test_missing_dataset_path_is_a_clear_error(tmp_path):
 def test_presenter_renders_the_tiny_run(tiny_run):
     from hpcbench.core.results import expand_labels
     from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
 
     df = tiny_run[0].assign(source="run")
     stats = expand_labels(series_stats(df[df["value"].notna()]))

@@ -24,8 +24,8 @@ import pytest
 
 from conftest import CHROMIUM_FLAGS, REPO
 from hpcbench.guide.claims import CLAIMS
+from hpcbench.judge.verdict import Interval, Reference
 from hpcbench.report.ledger_page import ROW_WORD_BUDGET, interval_text, normalise
-from hpcbench.report.verdict import Interval, Reference
 
 FIXTURE = REPO / "tests" / "fixtures" / "runs" / "regime-subset"
 VIEWPORT = (1400, 1000)

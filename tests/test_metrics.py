@@ -4,7 +4,7 @@ import pytest
 
 from hpcbench.core.errors import RegistryError
 from hpcbench.core.facts import LINK_PEAKS_GBPS
-from hpcbench.core.metrics import algbw, busbw, busbw_factor, percentile
+from hpcbench.core.metrics import algbw, allreduce_bytes_sent, busbw, busbw_factor, percentile
 
 
 def test_algbw_is_bytes_per_second_in_1e9():
@@ -24,6 +24,14 @@ def test_busbw_by_hand():
     # 128 MiB all_reduce over 8 ranks in 10 ms: algbw = 13.4217728 GB/s, x 1.75
     assert busbw("all_reduce", 128 << 20, 0.010, 8) == pytest.approx(13.4217728 * 1.75)
     assert busbw("all_gather", 4e9, 2.0, 4) == pytest.approx(1.5)
+
+
+def test_ring_allreduce_bytes_by_hand():
+    # 2 (N-1)/N x S: 64 MB over 4 ranks sends 96 MB per rank; one rank sends nothing
+    assert allreduce_bytes_sent(64e6, 4) == pytest.approx(96e6)
+    assert allreduce_bytes_sent(64e6, 1) == 0.0
+    with pytest.raises(ValueError, match="nranks"):
+        allreduce_bytes_sent(64e6, 0)
 
 
 def test_unknown_op_lists_known():

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 
-from hpcbench.cluster.node_faults import BLKIO_ROOT, CGROUP_PREFIX
+from hpcbench.fault.inject.storage import BLKIO_ROOT, CGROUP_PREFIX
 from hpcbench.experiments.monitoring.config import FAULTS, MonitoringConfig
 from hpcbench.experiments.monitoring.summary import summarize, verify_records
 
@@ -83,9 +83,9 @@ def test_notebook_shows_table_plot_findings_and_an_inconclusive_verdict(cluster_
 def test_presenter_renders_the_run(cluster_run):
     from hpcbench.core.results import expand_labels
     from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
 
     df = cluster_run[0].assign(source="run")
     stats = expand_labels(series_stats(df[df["value"].notna()]))

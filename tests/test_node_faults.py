@@ -1,4 +1,4 @@
-"""The node faults of :mod:`hpcbench.cluster.node_faults`, applied for real and undone.
+"""The node faults of :mod:`hpcbench.fault.inject`, applied for real and undone.
 
 A lossy link on n2 of the emulated cluster makes a real TCP transfer retransmit (counted in n2's
 /proc/net/snmp) and is put back to the cluster's shaping; a blkio throttle slows a real process's
@@ -18,10 +18,15 @@ import pytest
 
 from cluster_fixtures import require_cluster_prerequisites
 from conftest import missing
+from hpcbench.affinity.applied import allowed_cpus
 from hpcbench.cluster import network
-from hpcbench.cluster.node_faults import (BLKIO_ROOT, CGROUP_PREFIX, CpuContention, DegradedLink, NodeFaultError,
-                                          SlowStorage, allowed_cpus, blkio_cgroup_of, block_device_of, node_link,
-                                          storage_throttle_problem, tcp_counters)
+from hpcbench.core.tc import parse_qdiscs
+from hpcbench.fault.inject.cgroups import blkio_cgroup_of
+from hpcbench.fault.inject.cpu import CpuContention
+from hpcbench.fault.inject.link import DegradedLink, node_link, tcp_counters
+from hpcbench.fault.inject.base import NodeFaultError
+from hpcbench.fault.inject.storage import (BLKIO_ROOT, CGROUP_PREFIX, SlowStorage, block_device_of,
+                                           storage_throttle_problem)
 
 #: Bytes sent node to node through the degraded link (1 MB at 20 mbit/s: ~0.4 s; at 50 mbit/s ~0.17 s).
 TRANSFER_BYTES = 1 << 20
@@ -68,11 +73,10 @@ def transfer(cluster, nbytes: int, port: int) -> float:
 
 
 def qdiscs(cluster, node: str) -> str:
+    """``tc qdisc show`` of both ends of ``node``'s link, host side first (the cluster's own reader)."""
     n = cluster.node(node)
-    host = subprocess.run(["tc", "qdisc", "show", "dev", n.veth_host], capture_output=True, text=True).stdout
-    inside = subprocess.run(["tc", "-n", n.netns, "qdisc", "show", "dev", n.veth_node], capture_output=True,
-                            text=True).stdout
-    return host + inside
+    return (network.qdisc_text(n.veth_host)
+            + network.qdisc_text(n.veth_node, netns=network.netns_path(n.netns)))
 
 
 def test_lossy_link_retransmits_and_is_restored(emulated_cluster):
@@ -84,9 +88,12 @@ def test_lossy_link_retransmits_and_is_restored(emulated_cluster):
         seconds = transfer(emulated_cluster, TRANSFER_BYTES, 29731)
     # tc shows the queue as latency beyond the bucket: none, so whatever the bucket cannot take is dropped
     assert shaped.count("rate 50Mbit burst 32000b lat 0us") == 2, shaped
+    tbfs = [q for q in parse_qdiscs(shaped) if q.kind == "tbf"]
+    assert [(q.rate_bps, q.burst_bytes, q.options["lat"]) for q in tbfs] == [(50e6, 32000, "0us")] * 2
     # the transfer crossed the cut link (1 MB at 50 mbit/s >= 0.17 s) and the short queue dropped segments
     assert seconds >= TRANSFER_BYTES * 8 / 50e6 * 0.9
     assert fault.retransmitted > 0 and fault.sent > 0
+    assert fault.log.counters["tbf_dropped"] > 0  # tc's own count of what the short queue dropped
     assert fault.log.undone and "restored rate 1gbit" in fault.log.describe()
     assert qdiscs(emulated_cluster, "n2") == before
     # the counters the fault read are n2's own: n1's namespace saw the transfer too, the host none of it
@@ -219,3 +226,27 @@ def test_contention_refusals():
         with pytest.raises(NodeFaultError, match="already applied"):
             fault.__enter__()
     assert not fault.procs and network.NODE_IFNAME == "hpcb0"
+
+
+#: ``tc -s qdisc show`` of a node end shaped with a netem parent and a tbf child, as iproute2 6.1 prints it.
+_TC_STATS = """\
+qdisc netem 1: root refcnt 2 limit 100000 delay 2ms
+ Sent 4200 bytes 30 pkt (dropped 0, overlimits 0 requeues 0)
+ backlog 0b 0p requeues 0
+qdisc tbf 10: parent 1:1 rate 1Gbit burst 128Kb lat 50.0ms
+ Sent 4200 bytes 30 pkt (dropped 7, overlimits 12 requeues 0)
+ backlog 1514b 1p requeues 0
+"""
+
+
+def test_tc_listings_parse_into_qdiscs_with_their_counters():
+    netem, tbf = parse_qdiscs(_TC_STATS)
+    assert (netem.kind, netem.handle, netem.parent, netem.delay_s, netem.rate_bps) == ("netem", "1:", "root", 2e-3,
+                                                                                        None)
+    assert (tbf.kind, tbf.parent, tbf.rate_bps, tbf.burst_bytes) == ("tbf", "1:1", 1e9, 128 * 1024)
+    assert (tbf.sent_bytes, tbf.sent_packets, tbf.dropped, tbf.overlimits, tbf.backlog_packets) == (4200, 30, 7, 12, 1)
+    # without -s: no counters; with several devices: each qdisc names its own
+    (lo, eth) = parse_qdiscs("qdisc noqueue 0: dev lo root refcnt 2 \nqdisc pfifo_fast 0: dev eth0 root refcnt 2 "
+                             "bands 3 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1\n")
+    assert (lo.dev, lo.kind, lo.dropped, eth.dev, eth.options["bands"]) == ("lo", "noqueue", None, "eth0", "3")
+    assert parse_qdiscs("") == []

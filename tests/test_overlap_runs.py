@@ -111,9 +111,9 @@ def test_estimate_grows_with_batch_steps_and_model():
 def test_presenter_renders_the_tiny_run(tiny_run):
     from hpcbench.core.results import expand_labels
     from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
 
     df = tiny_run[0].assign(source="run")
     stats = expand_labels(series_stats(df[df["value"].notna()]))

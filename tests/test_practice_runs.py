@@ -5,7 +5,7 @@
   recorded as not injected there;
 * its notebook in a SLURM job on the emulated cluster (2 nodes x 1 gloo rank) with the baseline,
   slow storage and a slow link, each applied for real on n2 and undone;
-* the faults added to :mod:`hpcbench.cluster.node_faults` (a CPU quota, a thread-hungry
+* the faults added to :mod:`hpcbench.fault.inject` (a CPU quota, a thread-hungry
   neighbour, a flapping link) and the ranks' own unbound threads, each applied and undone.
 
 Its rule is tested from recorded records in tests/experiments/test_practice.py.
@@ -24,9 +24,13 @@ import pytest
 from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 from conftest import execute_notebook, missing
 
-from hpcbench.cluster.node_faults import (BLKIO_ROOT, CGROUP_PREFIX, CPU_CGROUP_PREFIX, CPU_ROOT, CpuQuota, LinkFlap,
-                                          NodeFaultError, ThreadHungryNeighbour, allowed_cpus, cgroup_v1_of,
-                                          cpu_quota_problem, node_link)
+from hpcbench.affinity.applied import allowed_cpus
+from hpcbench.fault.inject import NodeFaultError, node_link
+from hpcbench.fault.inject.cgroups import cgroup_v1_of
+from hpcbench.fault.inject.cpu import (CPU_CGROUP_PREFIX, CPU_ROOT, CpuQuota, ThreadHungryNeighbour,
+                                       cpu_quota_problem)
+from hpcbench.fault.inject.link import LinkFlap
+from hpcbench.fault.inject.storage import BLKIO_ROOT, CGROUP_PREFIX
 from hpcbench.experiments.practice.config import PracticeConfig
 from hpcbench.experiments.practice.summary import summarize, verify_records
 
@@ -153,7 +157,7 @@ def test_thread_hungry_neighbour_runs_its_threads_on_the_ranks_cpus_and_stops():
 def test_unbound_rank_threads_change_and_restore_the_rank_itself():
     import torch
 
-    from hpcbench.experiments.practice.faults import unbound_rank_threads
+    from hpcbench.fault.inject.cpu import unbound_rank_threads
 
     before_threads, before_cpus = torch.get_num_threads(), os.sched_getaffinity(0)
     cfg = PracticeConfig(thread_factor=3)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hpcbench.affinity.topology import parse_cpulist
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordContext, read_records
 from hpcbench.dist.binding import BIND_ENV, bind_mode
 from hpcbench.dist.launcher import launch
 from hpcbench.experiments.collectives.config import CollectivesConfig
-from hpcbench.system.inventory import parse_cpulist
 
 
 def threads_entry(cfg, topo, writer):
@@ -80,7 +80,7 @@ def test_bind_mode_comes_from_the_argument_then_the_environment():
 
 def test_the_report_shows_bindings_in_their_own_table_not_as_unmeasured_values():
     from hpcbench.core.results import expand_labels
-    from hpcbench.report.kit import rank_binding_table, split_binding_rows
+    from hpcbench.present.kit import rank_binding_table, split_binding_rows
 
     def row(rank, field, text, bind="plan"):
         return {"source": "run", "variant": "v", "node": "n1", "rank": rank, "metric": "rank_binding",

@@ -23,11 +23,11 @@ import pytest
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.metrics import busbw
-from hpcbench.report import aggregate, build_report, render, report_folder
-from hpcbench.report.kit import Cell, Table, file_link
-from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, safe_file_name
-from hpcbench.core.units import format_bytes
 from hpcbench.core.results import RecordContext, RecordWriter
+from hpcbench.core.units import format_bytes
+from hpcbench.present.kit import Cell, Table, file_link
+from hpcbench.report import aggregate, build_report, render, report_folder
+from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, safe_file_name
 
 from conftest import render_in_chromium
 

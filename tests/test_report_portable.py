@@ -26,8 +26,8 @@ import pytest
 from hpcbench.cli import main
 from hpcbench.core.results import (PATH_UNIT, RecordContext, RecordWriter, read_records, resolve_stored_path,
                                    run_dir_of, stored_path)
+from hpcbench.present.kit import Table, file_link
 from hpcbench.report import build_report
-from hpcbench.report.kit import Table, file_link
 from hpcbench.report.report_folder import (FILES_SUBDIR, TRACES_LEFT_OUT, LinkedFiles, report_files,
                                            report_size)
 

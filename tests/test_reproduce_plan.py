@@ -3,7 +3,7 @@
 import pytest
 
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.run.reproduce import guide_ratio, link_rate_mbit, nodes_needed
+from hpcbench.reproduce import guide_ratio, link_rate_mbit, nodes_needed
 from hpcbench.run.suite import load_suite, parse_suite
 
 

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from hpcbench.report.ledger import Evidence
-from hpcbench.report.rulekit import Comparison, judge_comparisons
-from hpcbench.report.verdict import gain_reference
+from hpcbench.judge.evidence import Evidence
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
+from hpcbench.judge.verdict import gain_reference
 
 COMPARISON = Comparison("fast / slow", {"arm": "fast"}, {"arm": "slow"}, gain_reference(1.5, "test"))
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from hpcbench.report.verdict import (Interval, Reference, clopper_pearson, combine, gain_reference, holm, judge,
-                                     judge_family, paired_comparison, paired_ratio, ratio_pvalues, single_value)
+from hpcbench.judge.verdict import (Interval, Reference, clopper_pearson, combine, gain_reference, holm, judge,
+                                    judge_family, paired_comparison, paired_ratio, ratio_pvalues, single_value)
 
 
 def launches(center, n=6, steps=12, spread=0.02, seed=0):

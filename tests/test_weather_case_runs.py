@@ -85,7 +85,7 @@ def test_notebook_prints_the_check_and_an_inconclusive_verdict_on_one_loopback(n
 
 
 def test_without_a_cluster_the_regime_is_measured_not_steered(notebook_run):
-    from hpcbench.report.ledger import facts_of
+    from hpcbench.judge.evidence import facts_of
 
     records, *_ = notebook_run
     facts = facts_of(records)
@@ -118,7 +118,7 @@ def test_on_the_cluster_the_link_is_calibrated_to_the_guides_regime_and_put_back
 
     from hpcbench.cluster import load_cluster
     from hpcbench.cluster.network import parse_rate
-    from hpcbench.report.ledger import facts_of
+    from hpcbench.judge.evidence import facts_of
 
     df, cluster = cluster_run
     points = df[df["metric"] == "regime_calibration_busy"]

@@ -1,6 +1,7 @@
 """The advisor (C14): classify a run from what it measured, recommend the guide's technique, predict each option.
 
-``hpcbench advise RUN_DIR`` prints :func:`advise_run`'s advice for every task of a run:
+``hpcbench advise RUN_DIR`` prints the advice for every task of a run (the folder is read by
+:mod:`hpcbench.report.advice`, the records advised here by :func:`advise_tasks`):
 
 * :mod:`~hpcbench.advise.figures` reads one data-parallel series' measured figures (step with and
   without communication, one synchronisation alone, DDP's bucket layout, the link rate);
@@ -20,10 +21,9 @@ Pure library: pandas and numpy, no torch.
 from hpcbench.advise.classify import REGIMES, Classification, Regime, classify
 from hpcbench.advise.figures import AdviceError, Figure, Measured, find_series, measure
 from hpcbench.advise.recommend import (OVERLAP_MICRO_STEPS, TECHNIQUES, Advice, Option, RunAdvice, Skipped, advice_json,
-                                       advise, advise_all, advise_run, collect_run_advice, format_advice)
+                                       advise, advise_all, advise_tasks, format_advice)
 from hpcbench.advise.thresholds import THRESHOLDS, Thresholds
 
 __all__ = ["Advice", "AdviceError", "Classification", "Figure", "Measured", "OVERLAP_MICRO_STEPS", "Option",
            "REGIMES", "Regime", "RunAdvice", "Skipped", "TECHNIQUES", "THRESHOLDS", "Thresholds", "advice_json",
-           "advise", "advise_all", "advise_run", "classify", "collect_run_advice", "find_series", "format_advice",
-           "measure"]
+           "advise", "advise_all", "advise_tasks", "classify", "find_series", "format_advice", "measure"]

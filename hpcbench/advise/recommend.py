@@ -14,8 +14,9 @@ series' buckets (their count and total bytes) for every option; the overlapped s
 baseline measured, for every option; no codec time for the compression (it is compute the
 model does not see: the prediction is an upper bound of its gain).
 
-:func:`advise_run` does it for every task of a run folder (:func:`collect_run_advice` also says which
-tasks it skipped and why, one reason once with its tasks); :func:`format_advice` prints it.
+:func:`advise_tasks` does it for every task of a run, from each task's records and state (it also says
+which tasks it skipped and why, one reason once with its tasks; :mod:`hpcbench.report.advice` reads the
+run folder); :func:`format_advice` prints it.
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ class Skipped:
 
 @dataclass(frozen=True)
 class RunAdvice:
-    """Everything :func:`advise_run` found in a run: the advices, and what it had to skip."""
+    """Everything :func:`advise_tasks` found in a run: the advices, and what it had to skip."""
 
     run_dir: Path
     advices: list[Advice]
@@ -257,74 +258,53 @@ class RunAdvice:
         return AdviceError(str(self.run_dir), "nothing the advisor can use:\n" + detail)
 
 
-def collect_run_advice(run_dir: str | Path, *, task: str | None = None,
-                       thresholds: Thresholds = THRESHOLDS) -> RunAdvice:
-    """Advice for every task (and series) of a run folder, and every task or series skipped with its reason.
+def advise_tasks(records: Mapping[str, Any], states: Mapping[str, str], *, run_dir: str | Path,
+                 task: str | None = None, thresholds: Thresholds = THRESHOLDS) -> RunAdvice:
+    """Advice for every task (and series) of one run, and every task or series skipped with its reason.
 
     A series with neither probe rows nor a link rate of its own is priced on the link the run's
     collectives-style tasks measured on its layout (:func:`hpcbench.advise.link.probe_sets`); with
-    ``task``, the other tasks are still read for that.
+    ``task``, the other tasks are still read for that. Reading a run folder is the caller's
+    (:func:`hpcbench.report.advice.collect_run_advice`): the advisor sees records, not files.
+
+    Args:
+        records: task id -> its records (a DataFrame of the results schema), None when it has none;
+            in the order the advice lists them.
+        states: task id -> its state (``status.json``); a task without one reads "unknown".
+        run_dir: the run folder, named in the advice and the errors.
+        task: only this task id.
 
     Raises:
-        HpcbenchError: not a run folder (naming the file at fault); AdviceError: no task ``task``.
+        AdviceError: no task ``task``.
     """
-    import pandas as pd
-
-    from hpcbench.core.results import find_record_files, read_records
-    from hpcbench.run.rundir import load_run, read_statuses
-
     run_dir = Path(run_dir)
-    load_run(run_dir)  # refuses a folder that is not a run, naming what is missing
-    statuses = {s.task_id: s for s in read_statuses(run_dir)}
-    task_dirs = sorted(p for p in (run_dir / "tasks").glob("*") if p.is_dir())
-    if task is not None and not any(p.name == task for p in task_dirs):
-        known = ", ".join(sorted(statuses)) or "(none)"
+    if task is not None and task not in records:
+        known = ", ".join(sorted(states)) or "(none)"
         raise AdviceError(str(run_dir), f"no task {task!r}; tasks: {known}")
-    records: dict[str, Any] = {}
-    for folder in task_dirs:
-        files = find_record_files(folder / "records")
-        records[folder.name] = pd.concat([read_records(p) for p in files], ignore_index=True) if files else None
     run_probes = probe_sets(records)
     # a task of probe rows only has no series to advise on, but it is not useless: say what it is for
     probe_of = {t: p for p in run_probes for t in p.tasks}
     advices: list[Advice] = []
     skipped: list[Skipped] = []
-    for folder in task_dirs:
-        if task is not None and folder.name != task:
+    for name, frame in records.items():
+        if task is not None and name != task:
             continue
-        state = statuses[folder.name].state if folder.name in statuses else "unknown"
-        if records[folder.name] is None:
-            skipped.append(Skipped(folder.name, state, "no records"))
+        state = states.get(name, "unknown")
+        if frame is None:
+            skipped.append(Skipped(name, state, "no records"))
             continue
-        found, problems = advise_all(records[folder.name], where=f"{folder} (task {state})", thresholds=thresholds,
+        folder = run_dir / "tasks" / name
+        found, problems = advise_all(frame, where=f"{folder} (task {state})", thresholds=thresholds,
                                      run_probes=run_probes)
         advices += found
-        if not found and folder.name in probe_of:
+        if not found and name in probe_of:
             problems = [AdviceError(str(folder), f"no series of its own; its collectives-style rows give the link of "
-                                                 f"the run's series on {probe_of[folder.name].layout} ranks")]
+                                                 f"the run's series on {probe_of[name].layout} ranks")]
         per_reason: dict[str, int] = {}
         for p in problems:
             per_reason[p.reason] = per_reason.get(p.reason, 0) + (p.series is not None)
-        skipped += [Skipped(folder.name, state, reason, n) for reason, n in per_reason.items()]
+        skipped += [Skipped(name, state, reason, n) for reason, n in per_reason.items()]
     return RunAdvice(run_dir, advices, skipped)
-
-
-def advise_run(run_dir: str | Path, *, task: str | None = None,
-               thresholds: Thresholds = THRESHOLDS) -> list[Advice]:
-    """Advice for every task (and series) of a run folder written by ``hpcbench run`` / ``hpcbench suite``.
-
-    Args:
-        run_dir: the run folder (``run.json``, ``suite.json``, ``tasks/<id>/records/*.parquet``).
-        task: only this task id.
-
-    Raises:
-        HpcbenchError: not a run folder (naming the file at fault); AdviceError: no task (or not
-            ``task``) has usable records, with the reasons, each once, and the tasks under it.
-    """
-    found = collect_run_advice(run_dir, task=task, thresholds=thresholds)
-    if not found.advices:
-        raise found.refused()
-    return found.advices
 
 
 def _value(f: Figure) -> str:
@@ -366,4 +346,4 @@ def advice_json(advices: list[Advice]) -> str:
 
 
 __all__ = ["Advice", "OVERLAP_MICRO_STEPS", "Option", "RunAdvice", "Skipped", "TECHNIQUES", "Technique", "advice_json",
-           "advise", "advise_all", "advise_measured", "advise_run", "collect_run_advice", "format_advice", "options"]
+           "advise", "advise_all", "advise_measured", "advise_tasks", "format_advice", "options"]

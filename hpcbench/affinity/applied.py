@@ -19,9 +19,8 @@ from pathlib import Path
 
 from hpcbench.affinity.emit import rank_env
 from hpcbench.affinity.plan import RankBinding
-from hpcbench.affinity.topology import format_cpulist
+from hpcbench.affinity.topology import format_cpulist, parse_cpulist
 from hpcbench.core.errors import ConfigError, HpcbenchError
-from hpcbench.system.inventory import parse_cpulist
 
 #: include/uapi/linux/mempolicy.h
 MPOL_MODES = {0: "default", 1: "preferred", 2: "bind", 3: "interleave", 4: "local",

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcbench.core.errors import ConfigError
-from hpcbench.system.inventory import parse_cpulist
 
 #: PCI vendor ids (pci.ids): whose display devices count as GPUs.
 PCI_VENDOR_NVIDIA = 0x10DE
@@ -34,10 +33,25 @@ ARPHRD_INFINIBAND = 32
 _PCI_ADDRESS = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 
 
+def parse_cpulist(text: str) -> list[int]:
+    """Expand a kernel cpulist: ``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]``.
+
+    Reference: https://docs.kernel.org/admin-guide/cputopology.html (list format).
+    """
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def format_cpulist(cpus) -> str:
     """The kernel's list format for CPU (or node) numbers: ``[0, 1, 2, 5]`` -> ``"0-2,5"``.
 
-    The inverse of :func:`hpcbench.system.inventory.parse_cpulist`.
+    The inverse of :func:`parse_cpulist`.
     """
     ordered = sorted(set(int(c) for c in cpus))
     parts: list[str] = []

@@ -1,14 +1,16 @@
 """One suite task of a benchmark on the emulated cluster (or, with ``--local``, on emulated nodes here).
 
-The cluster benchmarks (:mod:`~hpcbench.bench.comm_modes`, :mod:`~hpcbench.bench.compression`,
-:mod:`~hpcbench.bench.weather_case`) share how they get a cluster and run their one task:
+The cluster benchmarks (``bench`` of the experiments comm_modes, gradient_compression and
+weather_case) share how they get a cluster and run their one task:
 
 * a cluster already up in ``--state`` is used as it is (and left up);
 * otherwise one is brought up with the benchmark's link rate and taken down afterwards (unless
   ``--keep``), but never while another cluster's ``hpcb-*`` namespaces exist: bringing one up
   would tear that one down (someone's tests), so it refuses unless ``--force``;
 * ``--local`` runs the task with the local backend on emulated nodes (one loopback, no shaped
-  link, the ranks oversubscribing this machine's cores): a check of the pieces, not a measurement.
+  link, the ranks oversubscribing this machine's cores): a check of the pieces, not a measurement;
+* ``--dry-run`` starts nothing: the suite is parsed (every parameter checked against the
+  experiment's config) and planned against this machine's limits as ``--local`` would run it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -38,6 +41,8 @@ def add_cluster_arguments(ap: argparse.ArgumentParser, *, link_rate: str) -> Non
     ap.add_argument("--local", action="store_true", help="local backend, emulated nodes, no shaped link")
     ap.add_argument("--force", action="store_true",
                     help="bring a cluster up even when hpcb-* namespaces of another cluster exist (tears it down)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="start nothing: check the task's parameters and print its plan (as --local would run it)")
 
 
 @dataclass
@@ -57,12 +62,21 @@ class BenchRun:
 def run_bench_task(suite: dict, args: argparse.Namespace, *, prefix: str, nodes: int = 2) -> BenchRun | int:
     """Run ``suite`` (one task) on the cluster ``args`` name; exit code 2 when refusing to bring one up.
 
+    With ``--dry-run`` the exit code of the plan instead: 0 when the task would start, 1 when not.
+
     Args:
         suite: the suite as a dict (:func:`~hpcbench.run.suite.parse_suite` reads it).
         args: parsed :func:`add_cluster_arguments` options.
         prefix: name prefix of the temporary run folder.
         nodes: nodes of a cluster brought up here.
     """
+    if args.dry_run:
+        from hpcbench.run.limits import dry_run
+
+        text, ok = dry_run(parse_suite(suite), Path(tempfile.gettempdir()) / f"{prefix}dry-run", backend="local",
+                           oversubscribe=True)
+        print(text)
+        return 0 if ok else 1
     out = Path(tempfile.mkdtemp(prefix=prefix))
     started, link_bps = False, None
     if args.local:
@@ -98,3 +112,21 @@ def run_bench_task(suite: dict, args: argparse.Namespace, *, prefix: str, nodes:
         return BenchRun(False, status.error, None, link, link_bps, out / "run")
     records = pd.concat([read_records(p) for p in find_record_files(out / "run" / "tasks")], ignore_index=True)
     return BenchRun(True, None, records, link, link_bps, out / "run")
+
+
+def run_and_report(suite: dict, args: argparse.Namespace, report: Callable[[BenchRun], str], *, prefix: str,
+                   nodes: int = 2) -> int:
+    """:func:`run_bench_task`, then ``report(run)`` and the records' folder printed; a benchmark's exit code.
+
+    Returns:
+        0 when the task ran (or the dry run would start it), 1 when it failed, 2 when a cluster was refused.
+    """
+    run = run_bench_task(suite, args, prefix=prefix, nodes=nodes)
+    if isinstance(run, int):
+        return run
+    if not run.ok:
+        print(f"{suite['name']}: the task failed: {run.error}", file=sys.stderr)
+        return 1
+    print(report(run))
+    print(f"records: {run.run_dir}")
+    return 0

@@ -65,6 +65,8 @@ FAILED_EXIT = 1
 RESULT_PREFIX = "[gpu-check result]"
 RECORDS_NAME = "gpu-check.parquet"
 TABLE_NAME = "gpu-check.json"
+#: What tests/test_bench.py runs: without a GPU the message and exit 0; with one, the quick checks.
+TOY_ARGS = ["--quick"]
 #: A child process that has not finished by then is killed and its check fails; together with
 #: the training checks this keeps the worst case under the 8 minutes the script is given.
 NCCL_WORLD1_TIMEOUT_S = 120.0
@@ -197,9 +199,9 @@ def exit_code(results: list[CheckResult]) -> int:
 
 
 def write_table_json(results: list[CheckResult], path: Path, environment: dict[str, Any]) -> Path:
-    """The table with its details and the environment as JSON (``NaN`` written as ``null``)."""
+    """The table with its details and the system it ran on (``system``) as JSON (``NaN`` written as ``null``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"environment": environment, "checks": [asdict(r) for r in results],
+    data = {"system": environment, "checks": [asdict(r) for r in results],
             "exit_code": exit_code(results)}
     path.write_text(json.dumps(_finite(data), indent=2, default=str) + "\n")
     return path

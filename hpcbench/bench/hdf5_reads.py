@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,10 +46,14 @@ from hpcbench.data.manifest import load_manifest, shard_paths
 from hpcbench.data.page_cache import evict
 from hpcbench.data.readers.hdf5 import HDF5Dataset
 from hpcbench.data.readers.weather import BLOCK_SIZE, READAHEAD, WeatherDataset
+from hpcbench.data.scratch import disk_scratch
 from hpcbench.data.writers import convert
 
 SHARE_TARGET = 0.70
 CACHES = ("cold", "warm")
+#: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
+TOY_ARGS = ["--steps", "16", "--steps-per-shard", "8", "--block-sizes", "4,8", "--images", "24", "--shard-size", "200K",
+            "--rounds", "1"]
 
 
 @dataclass
@@ -172,13 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(caches) - set(CACHES):
         raise SystemExit(f"--cache: unknown {sorted(unknown)}; allowed: {list(CACHES)}")
 
-    if args.root:
-        root = Path(args.root)
-        root.mkdir(parents=True, exist_ok=True)
-    else:
-        Path("results").mkdir(exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix="bench-hdf5-reads-", dir="results"))
-    try:
+    with disk_scratch(args.root, "bench-hdf5-reads-") as root:
         weather, hdf5 = prepare(root, args)
         runs = subjects(weather, hdf5, [int(b) for b in args.block_sizes.split(",")])
         rows: list[dict] = []
@@ -230,9 +226,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"sequential read (target >= {SHARE_TARGET:.0%}: {verdict})")
         if args.json:
             Path(args.json).write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
-    finally:
-        if not args.root:
-            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

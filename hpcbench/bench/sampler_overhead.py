@@ -36,6 +36,9 @@ from hpcbench.core.results import read_records
 from hpcbench.monitor import Sampler
 
 OVERHEAD_TARGET = 0.01   # <= 1 % of step time at 1 Hz: beyond that the monitor distorts the steps it watches
+#: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
+#: Two pairs: the second ends with the sampler running, as the default six do.
+TOY_ARGS = ["--pairs", "2", "--block-s", "1", "--hidden", "64", "--layers", "2", "--batch-size", "8"]
 
 
 def build_step(hidden: int, batch: int, layers: int):

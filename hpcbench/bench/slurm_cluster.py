@@ -11,6 +11,10 @@ Run (root, with slurm-wlm and munge installed):
 2. Runs the same small notebook (the environment inventory) through the local
    backend and through the SLURM backend, and prints SLURM's per-task overhead:
    submission to start, and total wall time against the local run.
+
+The two suites are data, in ``slurm_cluster.yaml`` beside this module. ``--dry-run`` starts
+nothing: it checks both suites' parameters against their experiments' configs and prints their
+plans on this machine.
 """
 
 from __future__ import annotations
@@ -24,23 +28,35 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
 from hpcbench.cluster.emulated import ClusterError
 from hpcbench.core.results import find_record_files, read_records
 from hpcbench.run.rundir import read_statuses
 from hpcbench.run.runner import run_suite
-from hpcbench.run.suite import parse_suite
+from hpcbench.run.suite import Suite, parse_suite
+
+SUITES = Path(__file__).with_name("slurm_cluster.yaml")
+#: What tests/test_bench.py runs: both suites checked and planned, nothing started (the benchmark needs root
+#: and slurm-wlm).
+TOY_ARGS = ["--dry-run"]
 
 
-def _busbw_fraction(out: Path, link_rate_bits: float, iters: int) -> pd.DataFrame:
-    suite = parse_suite({"name": "bench-link", "tasks": [{"experiment": "collectives", "variants": {"x2nodes": {
-        "nodes": 2, "ranks_per_node": 1, "ops": "all_reduce", "groups": "world",
-        "min_bytes": "64M", "max_bytes": "256M", "step_factor": 2, "iters": iters, "warmup_iters": 1}}}]})
+def bench_suites(iters: int, repeats: int) -> dict[str, Suite]:
+    """The link suite with ``iters`` timed iterations and the overhead suite with ``repeats`` tasks."""
+    data = yaml.safe_load(SUITES.read_text())
+    for variant in data["link"]["tasks"][0]["variants"].values():
+        variant["iters"] = iters
+    data["overhead"]["repeat"] = repeats
+    return {name: parse_suite(suite, f"{SUITES.name}: {name}") for name, suite in data.items()}
+
+
+def _busbw_fraction(suite: Suite, out: Path, link_rate_bits: float) -> pd.DataFrame:
     run_dir = out / "link"
     (st,) = run_suite(suite, run_dir, backend="slurm", progress=False)
     if st.state != "done":
-        raise SystemExit(f"collectives task failed: {st.error}")
+        raise SystemExit(f"{st.task_id} failed: {st.error}")
     df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")])
     df = df[df["metric"] == "busbw"]
     df["size_bytes"] = df["labels"].map(lambda s: json.loads(s)["size_bytes"])
@@ -55,11 +71,9 @@ def _seconds(a: str, b: str) -> float:
     return (dt.datetime.fromisoformat(b) - dt.datetime.fromisoformat(a)).total_seconds()
 
 
-def _overhead(out: Path, repeats: int) -> pd.DataFrame:
+def _overhead(suite: Suite, out: Path, repeats: int) -> pd.DataFrame:
     rows = []
     for backend in ("local", "slurm"):
-        suite = parse_suite({"name": f"bench-{backend}", "repeat": repeats, "tasks": [
-            {"experiment": "environment", "params": {"include_commands": False}}]})
         run_dir = out / f"overhead-{backend}"
         t0 = time.time()
         # One task at a time on both backends (%1 for the array), so the wall time per
@@ -81,7 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="tasks per backend for the overhead figure")
     ap.add_argument("--state", default="/tmp/hpcbench-bench-cluster")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    ap.add_argument("--dry-run", action="store_true", help="start nothing: check both suites and print their plans")
     args = ap.parse_args(argv)
+    suites = bench_suites(args.iters, args.repeats)
+    if args.dry_run:
+        from hpcbench.run.limits import dry_run
+
+        ok = True
+        for name, suite in suites.items():
+            text, fits = dry_run(suite, Path(tempfile.gettempdir()) / f"hpcbench-bench-slurm-dry-run-{name}",
+                                 backend="local", oversubscribe=True)
+            print(text, "", sep="\n")
+            ok = ok and fits
+        return 0 if ok else 1
     spec = ClusterSpec(nodes=2, link_rate=args.link_rate, link_delay="0ms", state_dir=args.state)
     try:
         info = load_cluster(args.state)
@@ -93,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(info.env())
     out = Path(tempfile.mkdtemp(prefix="hpcbench-bench-slurm-"))
     try:
-        link = _busbw_fraction(out, info.spec.link_rate_bits, args.iters)
-        over = _overhead(out, args.repeats)
+        link = _busbw_fraction(suites["link"], out, info.spec.link_rate_bits)
+        over = _overhead(suites["overhead"], out, args.repeats)
     finally:
         if not args.keep:
             cluster_down(args.state)
@@ -105,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = over.groupby("backend").agg(notebook_s=("notebook_s", "median"),
                                           first_submit_to_start_s=("submit_to_start_s", "min"),
                                           suite_wall_s_per_task=("suite_wall_s_per_task", "median"))
-    print("\n2. the environment notebook, one task at a time, local vs SLURM backend (seconds; notebook time is "
+    print("\n2. the inventory notebook, one task at a time, local vs SLURM backend (seconds; notebook time is "
           "the median, submission to start is the first task's):")
     print(summary.to_string(float_format=lambda v: f"{v:.2f}"))
     extra = summary.loc["slurm", "suite_wall_s_per_task"] - summary.loc["local", "suite_wall_s_per_task"]

@@ -2,7 +2,7 @@
 
 For experiments that sweep the inter-node link inside one task (the scale model's validation,
 the advisor's regimes). The driver (the notebook, in the task's SLURM job) finds the cluster it
-runs on as :mod:`hpcbench.cluster.node_faults` does (``SLURM_CONF``'s folder holds
+runs on with :func:`hpcbench.cluster.locate.cluster_of` (``SLURM_CONF``'s folder holds
 ``cluster.json``) and changes every node link with :func:`hpcbench.cluster.reshape_links`. The
 job's shell runs inside the first node's network namespace, where the bridge-side ends of the
 links are not visible, so the reshape runs in the host's namespace (that of the cluster's
@@ -61,11 +61,13 @@ class LinkPhase:
 
 def reshape_from_host(cluster, rate: str) -> str:
     """Set every node link of ``cluster`` to ``rate`` from the host's namespace; return the rate cluster.json holds."""
-    from hpcbench.cluster.node_faults import NodeFaultError, cluster_of, host_netns_of, in_netns
+    from hpcbench.cluster.host_commands import ClusterError
+    from hpcbench.cluster.locate import cluster_of, host_netns_of
+    from hpcbench.cluster.network import in_netns
 
     try:
         host = host_netns_of(cluster)
-    except NodeFaultError as exc:
+    except ClusterError as exc:
         raise LinkPhaseError(str(exc)) from None
     # only hpcbench.cluster imported in the helper: it starts in a fraction of a second
     argv = in_netns(host, [sys.executable, "-c", RESHAPE_SCRIPT, str(cluster.state_dir), rate])
@@ -90,7 +92,7 @@ def link_phase(names: list[str], rate: str) -> Iterator[LinkPhase]:
     Raises:
         LinkPhaseError: the reshape or the restore failed (the restore is tried even when the reshape failed).
     """
-    from hpcbench.cluster.node_faults import cluster_of
+    from hpcbench.cluster.locate import cluster_of
 
     phase = LinkPhase(list(names), rate)
     cluster = cluster_of()
@@ -121,7 +123,7 @@ class SteeredLink:
     """
 
     def __init__(self) -> None:
-        from hpcbench.cluster.node_faults import cluster_of
+        from hpcbench.cluster.locate import cluster_of
 
         self.cluster = cluster_of()
         self.original: str | None = self.cluster.spec.link_rate if self.cluster is not None else None

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from dataclasses import dataclass
 
 from hpcbench.cluster.host_commands import ClusterError, run_command
+# tc's units are read in hpcbench.core.tc; parse_rate and parse_delay stay importable from here for their callers
+from hpcbench.core.tc import Qdisc, parse_delay, parse_qdiscs, parse_rate  # noqa: F401
 
 PREFIX = "hpcb"
 BRIDGE = "hpcb-br0"
@@ -34,38 +35,6 @@ SUBNET = ipaddress.ip_network("198.18.0.0/24")
 CONTROLLER_ADDRESS = "198.18.0.1"
 #: Node i (1-based) gets 198.18.0.(10 + i).
 NODE_ADDRESS_OFFSET = 10
-
-_RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)(i?)(bit|bps)$", re.IGNORECASE)
-_DELAY_RE = re.compile(r"^(\d+(?:\.\d+)?)(s|sec|secs|ms|msec|msecs|us|usec|usecs)$", re.IGNORECASE)
-_DELAY_FACTOR = {"s": 1.0, "sec": 1.0, "secs": 1.0, "ms": 1e-3, "msec": 1e-3, "msecs": 1e-3,
-                 "us": 1e-6, "usec": 1e-6, "usecs": 1e-6}
-
-
-def parse_rate(text: str) -> float:
-    """A tc rate (``"200mbit"``, ``"1gbit"``, ``"10mbps"``) in bits per second.
-
-    Units follow tc(8): ``bit`` is bits and ``bps`` is *bytes* per second; ``k/m/g/t``
-    are powers of 1000, ``ki/mi/gi/ti`` of 1024. A bare number (tc reads bytes/s) is
-    refused because it is too easy to misread. Raises ``ValueError`` when unreadable.
-    """
-    m = _RATE_RE.match(str(text).strip())
-    if not m:
-        raise ValueError(f"{text!r} is not a tc rate (use e.g. 100mbit, 1gbit, 10gbit)")
-    number, prefix, binary, unit = m.groups()
-    if binary and not prefix:
-        raise ValueError(f"{text!r} is not a tc rate (use e.g. 100mbit, 1gbit, 10gbit)")
-    power = " kmgt".index(prefix.lower() or " ")
-    factor = 1024 ** power if binary else 1000 ** power
-    return float(number) * factor * (8 if unit.lower() == "bps" else 1)
-
-
-def parse_delay(text: str) -> float:
-    """A tc time (``"0.1ms"``, ``"2ms"``, ``"0ms"``, ``"50us"``) in seconds; ``ValueError`` if unreadable."""
-    m = _DELAY_RE.match(str(text).strip())
-    if not m:
-        raise ValueError(f"{text!r} is not a tc delay (use e.g. 0ms, 0.1ms, 50us)")
-    return float(m.group(1)) * _DELAY_FACTOR[m.group(2).lower()]
-
 
 def netns_name(index: int) -> str:
     return f"{PREFIX}-n{index}"
@@ -216,11 +185,38 @@ def shaping_report(nodes: int) -> str:
     """``tc qdisc show`` of both ends of every node link, one block per node."""
     lines = []
     for i in range(1, nodes + 1):
-        host = run_command(["tc", "qdisc", "show", "dev", host_veth_name(i)], check=False)
-        node = run_command(["tc", "-n", netns_name(i), "qdisc", "show", "dev", NODE_IFNAME], check=False)
-        lines.append(f"  n{i} host side {host_veth_name(i)}: " + _one_line(host.stdout or host.stderr))
-        lines.append(f"  n{i} node side {NODE_IFNAME}: " + _one_line(node.stdout or node.stderr))
+        for side, dev, ns in (("host side", host_veth_name(i), None), ("node side", NODE_IFNAME, netns_name(i))):
+            try:
+                text = qdisc_text(dev, netns=netns_path(ns) if ns else None)
+            except ClusterError as exc:
+                text = str(exc)
+            lines.append(f"  n{i} {side} {dev}: " + _one_line(text))
     return "\n".join(lines)
+
+
+def in_netns(netns: str, argv: list[str] | tuple[str, ...]) -> list[str]:
+    """``argv`` run inside the network namespace at ``netns`` (``/run/netns/NS``, ``/proc/PID/ns/net``)."""
+    return ["nsenter", f"--net={netns}", *argv]
+
+
+def netns_path(name: str) -> str:
+    """The bind mount ``ip netns add`` made for the namespace ``name``."""
+    return f"/run/netns/{name}"
+
+
+def qdisc_text(dev: str, *, netns: str | None = None, stats: bool = False) -> str:
+    """``tc [-s] qdisc show dev DEV``'s text, inside the namespace at ``netns`` (a path; None: this one).
+
+    Raises:
+        ClusterError: tc failed (no such device or namespace); the message quotes its error.
+    """
+    argv = ["tc", *(["-s"] if stats else []), "qdisc", "show", "dev", dev]
+    return run_command(in_netns(netns, argv) if netns else argv).stdout
+
+
+def read_qdiscs(dev: str, *, netns: str | None = None, stats: bool = False) -> list[Qdisc]:
+    """The qdiscs of ``dev`` (parsed by :func:`hpcbench.core.tc.parse_qdiscs`); ``stats``: with their counters."""
+    return parse_qdiscs(qdisc_text(dev, netns=netns, stats=stats))
 
 
 def _one_line(text: str) -> str:

@@ -395,5 +395,6 @@ class DistributedConfig(Config):
     nodes: int = param(1, "nodes; on one machine more than 1 is an emulated split of the local ranks",
                        min=1, max=4096)
     ranks_per_node: int = param(2, "ranks (GPUs, or CPU processes) per node", min=1, max=64,
-                                allowed="collectives and comm_modes need nodes x ranks_per_node >= 2")
+                                allowed="an exchange between ranks (collectives, DDP) needs nodes x ranks_per_node "
+                                        ">= 2")
     backend: str = param("auto", "auto: NCCL with a GPU per rank, else gloo", choices=("auto", "gloo", "nccl"))

@@ -22,6 +22,12 @@ DDP_DEFAULT_BUCKET_BYTES = 25 << 20
 #: torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP caps its first bucket at 1 MiB.
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 
+# -- where a launch ran: the values of its ``fact.cluster`` record ----------------------------
+# Written by hpcbench.system.facts, read by the rules (hpcbench.judge.rulekit): both sides spell them once, here.
+EMULATED_CLUSTER = "emulated cluster, shaped link"
+EMULATED_NODES = "emulated nodes, one loopback"
+ONE_MACHINE = "one machine"
+
 # -- link peaks, GB/s per direction (vendor data sheets) -------------------------------------
 LINK_PEAKS_GBPS = {
     "HDR InfiniBand (200 Gb/s)": 200e9 / 8 / GB,   # the guide's fabric (C16)

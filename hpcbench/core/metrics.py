@@ -46,6 +46,16 @@ def busbw_factor(op: str, nranks: int) -> float:
     return BUSBW_FACTORS.get(op)(nranks)
 
 
+def allreduce_bytes_sent(nbytes: float, ranks: int) -> float:
+    """Bytes one rank sends in a bandwidth-optimal ring all-reduce of ``nbytes``: 2 (N-1)/N x S.
+
+    Every edge of the ring carries as much, so it is also what crosses a node boundary that the
+    ring passes once (Patarasuk & Yuan 2009). It is nccl-tests' all_reduce bus factor applied to
+    S; one rank sends nothing.
+    """
+    return busbw_factor("all_reduce", ranks) * nbytes
+
+
 def accelerator_utilisation(compute_s: float, wall_s: float) -> float:
     """Accelerator utilisation AU = compute time / wall time (DLIO's definition).
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from hpcbench.core.results import PATH_UNIT
 from hpcbench.diag.step_breakdown import OTHER, PHASES
-from hpcbench.report.kit import Cell, Table, file_link, fmt_number, pick
+from hpcbench.present.kit import Cell, Table, file_link, fmt_number, pick
 
 __all__ = ["BREAKDOWN_PHASES", "DIAG_TEXT", "breakdown_columns", "breakdown_table", "diagnostics_tables",
            "divergence_table", "trace_table", "without_diagnostics"]
@@ -148,7 +148,7 @@ def divergence_table(stats: pd.DataFrame, text: pd.DataFrame, *, id: str, label:
 
 
 def trace_table(text: pd.DataFrame, *, id: str, profiled: Sequence[str]) -> Table | None:
-    """Links to every rank's ``torch.profiler`` trace (:func:`~hpcbench.report.kit.file_link`, optional:
+    """Links to every rank's ``torch.profiler`` trace (:func:`~hpcbench.present.kit.file_link`, optional:
     copied into the report folder when the report is written with ``--traces``).
 
     Args:

@@ -140,7 +140,7 @@ class Experiment:
     summarize: Callable[["pd.DataFrame"], "pd.DataFrame"] | None = None
     """One task's records -> its summary frame (see the module docstring)."""
     rules: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
-    """Claim id -> rule(claim, evidence) -> :class:`hpcbench.report.ledger.Judgement`."""
+    """Claim id -> rule(claim, evidence) -> :class:`hpcbench.judge.evidence.Judgement`."""
     predictions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Claim id -> predictor(claim, evidence) -> text, or an object with ``describe()`` (the text) and
     ``headline`` (one number and its main assumption, for the ledger's summary row): what the experiment's

@@ -6,8 +6,10 @@
 * :mod:`hpcbench.fault.sharded` — ``torch.distributed.checkpoint`` saves, for comparison.
 * :mod:`hpcbench.fault.async_save` — snapshot to CPU memory, write in a background thread.
 * :mod:`hpcbench.fault.train` — a small resumable training driver (``python -m`` / torchrun).
-* :mod:`hpcbench.fault.retry` and :mod:`hpcbench.fault.inject` — the job wrapper's retries and
-  repair (C15), and the faults the tests and the experiment inject.
+* :mod:`hpcbench.fault.retry` — the job wrapper's retries and repair (C15).
+* :mod:`hpcbench.fault.inject` — breaking things on purpose: every fault the tests and the
+  experiments inject (links, storage, CPUs, processes, nodes, shards, disks), one module per
+  kind, and the one helper that applies, records and always undoes them.
 
 Importing this package imports nothing else (no torch), so the job wrapper stays cheap.
 """

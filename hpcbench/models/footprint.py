@@ -125,11 +125,11 @@ def training_memory(name: str, *, samples: int, image_size: int, seq_len: int, s
 def training_step_seconds(name: str, *, samples: int, image_size: int, seq_len: int, ranks: int,
                           speed: AssumedSpeed) -> float | None:
     """Rough seconds of one optimizer step: 6 x MACs of ``samples`` at ``speed`` plus one gradient all_reduce."""
-    from hpcbench.core.metrics import busbw_factor
+    from hpcbench.core.metrics import allreduce_bytes_sent
 
     fp = model_footprint(name)
     if fp is None:
         return None
     compute = 6 * fp.macs_per_item * _items(name, image_size, seq_len) * samples / speed.flops
-    reduce = 4 * fp.parameters * busbw_factor("all_reduce", ranks) / speed.link_bytes_s
+    reduce = allreduce_bytes_sent(4 * fp.parameters, ranks) / speed.link_bytes_s
     return compute + reduce + speed.latency_s

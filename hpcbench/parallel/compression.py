@@ -77,6 +77,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from hpcbench.core.errors import ConfigError
+from hpcbench.core.metrics import allreduce_bytes_sent
 from hpcbench.core.registry import Registry
 from hpcbench.parallel.hooks import (HierarchicalState, OrderedExecutor, all_gather_async, hierarchical_allreduce_,
                                      padded_length, reduce_scatter_async)
@@ -225,11 +226,6 @@ def decode_message(message: Any, n: int, chunk_size: int) -> Any:
 def message_bytes(n: int, chunk_size: int) -> int:
     """Bytes of one part's message: ``ceil(n / 4)`` code bytes plus 4 per chunk."""
     return -(-n // 4) + 4 * max(1, -(-n // chunk_size))
-
-
-def allreduce_bytes_sent(nbytes: float, world: int) -> float:
-    """Bytes one rank sends in a bandwidth-optimal (ring) all-reduce of ``nbytes``: 2 (N-1)/N x S."""
-    return 2.0 * (world - 1) / world * nbytes if world > 1 else 0.0
 
 
 @dataclass

@@ -24,8 +24,8 @@ How each value is computed (the rules, stated once):
   the records hold (precedence: the most direct measurement first):
 
   1. ``comm_time`` rows (``s``) paired with the ``step_time`` row of the same rank and step whose
-     labels equal theirs, or else the only one whose labels hold all of theirs (``comm_modes``
-     labels the step ``comm="mode"`` and its ``comm_time`` without ``comm``);
+     labels equal theirs, or else the only one whose labels hold all of theirs (a worker may label
+     its steps with a key its ``comm_time`` rows lack, such as ``comm="mode"``);
   2. interleaved no-op twins: ``(t_step - t_noop) / t_step`` with the no-op ``step_time`` row of
      the same rank and step whose labels differ only in the no-op key;
   3. ``comm_share`` rows (``fraction``) the worker computed itself.
@@ -241,7 +241,7 @@ def _comm_share_from_comm_time(steps: list[_Row], comm: list[_Row]) -> dict:
     for c in comm:
         here = at.get((c.series[0], c.series[1], c.rank, c.step), [])
         # the step row with the same labels; else the only one whose labels hold all of the comm row's
-        # (comm_modes labels its steps comm="mode" and its comm_time rows without "comm")
+        # (a step may carry a label its comm_time rows lack, such as comm="mode")
         match = [r for r in here if r.series[2] == c.series[2]] or \
             [r for r in here if all(r.labels.get(k) == v for k, v in c.labels.items())]
         if len(match) == 1 and match[0].value > 0:

@@ -3,15 +3,15 @@
     from hpcbench.report import build_report
     build_report(["results/run-a", "results/run-b"], "report/")  # -> report/index.html
 
-Modules: :mod:`aggregate` (dask), :mod:`kit` (the document model presenters build),
-:mod:`verdict` (intervals and references), :mod:`rulekit` (what rules share),
-:mod:`ledger` (claims x rules -> rows), :mod:`html` (the page), :mod:`report_folder` (the
-output folder, checked first and replaced whole), :mod:`publish`.
+Modules: :mod:`aggregate` (dask), :mod:`ledger` (claims x rules -> rows), :mod:`ledger_page`
+(the ledger as the page shows it), :mod:`html` (the page), :mod:`templates` (its jinja2
+templates), :mod:`report_folder` (the output folder, checked first and replaced whole),
+:mod:`publish`, :mod:`advice` (the advisor over a run folder). What experiments use lies
+below: :mod:`hpcbench.judge` (verdicts, rule kit, evidence) and :mod:`hpcbench.present` (tables,
+figures, sections).
 """
 
 from hpcbench.report.aggregate import Aggregate, Unreadable, aggregate, load_sources
 from hpcbench.report.html import build_report, render
-from hpcbench.report.kit import ExperimentData, Section
 
-__all__ = ["Aggregate", "ExperimentData", "Section", "Unreadable", "aggregate", "build_report", "load_sources",
-           "render"]
+__all__ = ["Aggregate", "Unreadable", "aggregate", "build_report", "load_sources", "render"]

@@ -417,7 +417,7 @@ def aggregate(run_dirs: Sequence[str | Path] | Sequence[Source], client, files_p
 
 def _summarize_experiment(records: pd.DataFrame, experiment: str) -> pd.DataFrame:
     from hpcbench.experiments import EXPERIMENTS
-    from hpcbench.report.ledger import summarize_launches
+    from hpcbench.judge.evidence import summarize_launches
 
     return summarize_launches(records, EXPERIMENTS.get(experiment).summarize, experiment)
 

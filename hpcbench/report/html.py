@@ -24,12 +24,14 @@ import pandas as pd
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import COLUMNS, empty_frame
+from hpcbench.practice.gate_table import gate_table
+from hpcbench.present.kit import (Cell, ExperimentData, Section, Table, file_link, present_stats, rank_binding_table,
+                                  slug, split_binding_rows)
 from hpcbench.report.aggregate import Aggregate, Source, aggregate, check_sources, load_sources, print_warning
-from hpcbench.report.kit import (Cell, ExperimentData, Section, Table, file_link, gate_table, page_template,
-                                 present_stats, rank_binding_table, slug, split_binding_rows)
 from hpcbench.report.ledger_page import ledger_section
 from hpcbench.report.publish import report_manifest, write_report_manifest
 from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, dask_slurm_log_dir, replacing_report_folder
+from hpcbench.report.templates import page_template
 
 if TYPE_CHECKING:
     from hpcbench.report.dask_slurm import DaskSlurmConfig
@@ -136,7 +138,7 @@ def _verdicts_by_source(agg: Aggregate, ledger: dict[str, list | Exception]) -> 
 def _ledger_records(agg: Aggregate, ledger: dict[str, list | Exception]) -> list[dict[str, Any]]:
     """The ledger as data for report.json: each evaluated source's rows, labelled with the source.
 
-    Rows without :meth:`~hpcbench.report.ledger.LedgerRow.as_record` (another ledger module's) give
+    Rows without :meth:`~hpcbench.judge.evidence.LedgerRow.as_record` (another ledger module's) give
     their claim id and verdict only.
     """
     def record(row: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from hpcbench.report.kit import Cell, Figure, Section, Table, fmt_number, image_of, slug
+from hpcbench.present.kit import Cell, Figure, Section, Table, fmt_number, image_of, slug
 
 #: The summary row's word budget: a row a reader takes in at one glance.
 ROW_WORD_BUDGET = 30

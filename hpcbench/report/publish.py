@@ -40,16 +40,16 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.report.kit import page_template
-from hpcbench.report.kit import slug as text_slug
+from hpcbench.present.kit import slug as text_slug
 from hpcbench.report.report_folder import INDEX_HTML, REPORT_JSON, report_files
+from hpcbench.report.templates import page_template
 
 PUBLICATIONS_JSON = "publications.json"
 #: Left in site folders by earlier versions, which locked inside the (served) site.
 OLD_LOCK_NAME = ".publish.lock"
 #: Bumped when a field changes meaning; readers reject what they do not know.
 SCHEMA = 1
-#: The verdicts the index shows as columns, in this order (hpcbench.report.ledger.VERDICTS minus
+#: The verdicts the index shows as columns, in this order (hpcbench.judge.evidence.VERDICTS minus
 #: "context", which is a setting rather than a testable claim).
 INDEX_VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not measured yet")
 #: Counted when the runs of one report disagree on a claim: one verdict would hide the others.
@@ -84,7 +84,7 @@ def report_manifest(title: str, sources: Sequence[Any],
             claims could not be evaluated for that source.
         generated: when the report was generated (default: now).
         ledger: the claims ledger as data, one row per claim and run
-            (:meth:`hpcbench.report.ledger.LedgerRow.as_record` with its run's ``label``).
+            (:meth:`hpcbench.judge.evidence.LedgerRow.as_record` with its run's ``label``).
 
     Returns:
         A JSON-ready dict. ``verdicts`` counts each claim once: under its verdict when every

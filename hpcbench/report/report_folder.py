@@ -43,7 +43,7 @@ from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import resolve_stored_path
 from hpcbench.core.units import format_bytes
-from hpcbench.report.kit import Cell, LinkedFile, Table
+from hpcbench.present.kit import Cell, LinkedFile, Table
 
 #: The page.
 INDEX_HTML = "index.html"
@@ -211,7 +211,7 @@ def safe_file_name(text: str) -> str:
 
 
 class LinkedFiles:
-    """Copies the files table cells link (:func:`hpcbench.report.kit.file_link`) into a report folder.
+    """Copies the files table cells link (:func:`hpcbench.present.kit.file_link`) into a report folder.
 
     Where a file is: a cell's path is resolved against the run directory of its source, the
     first part of its ``folder`` (:func:`hpcbench.core.results.resolve_stored_path`): records
@@ -224,7 +224,7 @@ class LinkedFiles:
     (:func:`hpcbench.core.atomic.atomic_write`); files of the same content (by SHA-256) are
     stored once, every cell linking the first copy, by its path relative to the report folder.
     The folder ``files/`` appears only when something is copied. Cells of profiler traces
-    (:attr:`~hpcbench.report.kit.LinkedFile.optional`) are left out, saying so, unless ``traces``.
+    (:attr:`~hpcbench.present.kit.LinkedFile.optional`) are left out, saying so, unless ``traces``.
 
     A file is not copied, and its cell keeps the absolute ``file:`` link with the reason and
     :data:`ONLY_HERE`, when it is larger than ``max_file_bytes``, would take the copies past

@@ -6,7 +6,7 @@ bytes takes ``t = alpha * steps + beta * x`` (Hockney's model as Thakur, Rabense
 every MPICH algorithm; NCCL's own tuner, ``src/graph/tuning.cc`` ``ncclTopoTuneModel``, prices
 an algorithm as ``latency + bytes / bandwidth`` the same way). :func:`fit_alpha_beta` fits one
 level by least squares with the standard errors of both coefficients; :func:`fit_from_collectives`
-fits every (op, process-group kind) of a ``collectives`` run.
+fits every (op, process-group kind) of a sweep of timed collectives, whichever experiment ran it.
 
 Units: ``alpha_s`` is seconds per latency step, ``beta_s_per_byte`` seconds per byte of the
 quantity ``algorithm_bytes`` returns (per rank for intra-node and world groups, per node for
@@ -27,7 +27,7 @@ MIN_DISTINCT_SIZES = 3
 """Two coefficients and their errors need at least one residual degree of freedom."""
 
 GROUP_LEVEL = {"intra_node": "intra", "inter_node": "inter", "world": "world"}
-"""Process-group kind of the ``collectives`` records -> the link level its fit describes."""
+"""Process-group kind of timed collectives' records -> the link level its fit describes."""
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,9 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float], *,
 
 
 def fit_from_collectives(frame, *, relative: bool = False) -> dict[tuple[str, str], LinkFit]:
-    """One :class:`LinkFit` per (op, group kind) of a ``collectives`` run's records.
+    """One :class:`LinkFit` per (op, group kind) of timed collectives' records.
 
-    Reads the rows the ``collectives`` worker writes (metric ``time``, unit s, one row per
+    Reads the rows of a sweep of timed collectives (metric ``time``, unit s, one row per
     timed iteration and group, labels ``op``, ``size_bytes``, ``group``, ``group_ranks``; the
     ``world_size`` column), takes the median over iterations and groups of a kind per size,
     and fits it with that op's ring byte count and steps
@@ -138,15 +138,15 @@ def fit_from_collectives(frame, *, relative: bool = False) -> dict[tuple[str, st
         ``{(op, group): LinkFit}``; series with fewer than 3 sizes are left out.
 
     Raises:
-        ConfigError: no ``collectives`` time rows in ``frame`` (field ``frame``).
+        ConfigError: no per-iteration ``time`` rows in ``frame`` (field ``frame``).
     """
     from hpcbench.core.results import expand_labels
     from hpcbench.scale.algorithms import collective_cost
 
-    # The caller passes a collectives run's records; this module names no experiment (experiments own their names).
+    # The rows say op, group and size, not which experiment timed them: any sweep of collectives fits.
     rows = frame[(frame["metric"] == "time") & frame["value"].notna()]
     if rows.empty:
-        raise ConfigError("holds no per-iteration 'time' rows of a collectives run", field="frame",
+        raise ConfigError("holds no per-iteration 'time' rows of timed collectives", field="frame",
                           config="fit_from_collectives")
     wide = expand_labels(rows)
     wide["size_bytes"] = wide["size_bytes"].astype(float)

@@ -40,7 +40,7 @@ from hpcbench.scale.predict import Prediction, predict_step
 
 if TYPE_CHECKING:  # the ledger imports pandas; the predictors only read the evidence's summaries
     from hpcbench.guide.claims import Claim
-    from hpcbench.report.ledger import Evidence
+    from hpcbench.judge.evidence import Evidence
 
 GUIDE_PLATFORM = "a100_hdr"
 GUIDE_JOB_TASKS = 32

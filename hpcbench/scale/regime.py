@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 #: A reached busy share within this many points (absolute) of the guide's counts as the guide's regime.
 TOLERANCE = 0.05
-#: What tc shapes here: make reproduce's range (hpcbench.run.reproduce MIN/MAX_LINK_MBIT). Below 10 Mbit/s
+#: What tc shapes here: make reproduce's range (hpcbench.reproduce MIN/MAX_LINK_MBIT). Below 10 Mbit/s
 #: SLURM's own messages and the rendezvous slow down; above 10 Gbit/s tbf on a veth no longer holds the rate.
 MIN_RATE_BPS = 10e6
 MAX_RATE_BPS = 10e9
@@ -340,7 +340,7 @@ def key_launches_by_regime(launches: Any, regime: GuideRegime, param: str = "reg
 
 
 def regime_applies(launches: Any, regime: GuideRegime) -> Callable[[Any], str | None]:
-    """An ``applies`` for :func:`hpcbench.report.rulekit.judge_comparisons` over :func:`key_launches_by_regime`'s frame.
+    """An ``applies`` for :func:`hpcbench.judge.rulekit.judge_comparisons` over :func:`key_launches_by_regime`'s frame.
 
     Given a group's first launch, None when its group reached the guide's regime, else the reason,
     with the group's median reached busy share.
@@ -393,8 +393,9 @@ def regime_brief(regime: GuideRegime, launches: Any) -> str:
 
 # -- the adapter: calibration inside a launch ------------------------------------------------------
 
-def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates_bps: Sequence[float],
-                       target_busy: float, *, lead: bool, device):
+def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates: Sequence[float | str],
+                       target_busy: float, *, lead: bool, device, baseline: str = "the baseline",
+                       progress: Callable[[str], None] | None = None):
     """The guide's regime found inside a launch: the baseline measured at each rate, fitted, the link shaped.
 
     The thin adapter of this pure core (torch.distributed and the emulated cluster's links,
@@ -404,19 +405,29 @@ def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates_bps: Sequ
     rank fits the same numbers and solves the same rate). The links are left at the solved rate
     for the judged steps; the caller's ``with steer`` puts them back.
 
+    Args:
+        rates: the calibration's link rates, in bit/s or as the config writes them (``"200mbit"``).
+        baseline: how the progress lines name the series measured.
+        progress: receives one line per measured rate and the calibration's sentence.
+
     Returns:
         :class:`Calibration`; without a cluster to shape, nothing is measured and ``why_not`` says
         why (the judged steps then run on the link as it is).
     """
     from hpcbench.cluster.link_phase import agreed, shape_on_ranks
+    from hpcbench.cluster.network import parse_rate
 
+    say = progress or (lambda _: None)
     if not agreed(lead and steer.can_shape, device):
         return Calibration((), None, None, why_not=steer.why_not or "rank 0 found no emulated cluster to shape")
 
     def measure_at(rate_bps: float) -> float:
         shape_on_ranks(steer, rate_bps, lead=lead, device=device)
-        return measure()
+        busy = measure()
+        say(f"calibration: {baseline} {busy:.0%} busy at {steer.current}")
+        return busy
 
+    rates_bps = [parse_rate(r) if isinstance(r, str) else float(r) for r in rates]
     found = calibrate(measure_at, rates_bps, target_busy)
     if found.link_rate_bps is not None:
         shape_on_ranks(steer, found.link_rate_bps, lead=lead, device=device)
@@ -426,4 +437,33 @@ def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates_bps: Sequ
 
         back = parse_rate(steer.original) if steer.original else 0.0
         shape_on_ranks(steer, back, lead=lead, device=device)
+    say(found.describe())
     return found
+
+
+def write_calibration(writer: Any, calibration: Calibration, baseline: str, *, labels: Mapping[str, Any] | None = None,
+                      judged_busy: float | None = None, target_busy: float | None = None) -> None:
+    """A calibration as records: each measured point (``regime_calibration_busy``) and its sentence
+    (``regime_calibration``), with the busy share the judged steps reached when given.
+
+    Args:
+        writer: the rank's :class:`hpcbench.core.results.RecordWriter`.
+        baseline: the series calibrated, as the texts name it (``"original"``, ``"resnet18 ddp"``).
+        labels: labels of every row (e.g. the model it was for).
+    """
+    labels = dict(labels or {})
+    for p in calibration.points:
+        writer.add("regime_calibration_busy", p.busy, "fraction", labels={**labels, "link_rate_bps": p.link_rate_bps},
+                   text=f"{baseline}'s busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
+    text = calibration.describe()
+    if judged_busy is not None:
+        text += f"; judged steps: {baseline} {judged_busy:.0%} busy (the guide's {target_busy:.0%})"
+    writer.add("regime_calibration", None, "", labels=labels, text=text)
+
+
+def judged_rate_bps(steer: Any, calibration: Calibration, judged_at: str | None) -> float | None:
+    """The link rate the judged steps ran at when the calibration shaped it (a regime fact); else None."""
+    from hpcbench.cluster.network import parse_rate
+
+    shaped = steer.can_shape and calibration.fit is not None
+    return parse_rate(judged_at) if shaped and judged_at else None

@@ -1,7 +1,7 @@
 """The facts of one launch that decide whether a claim applies: where it ran and over what link.
 
 Rules read applicability from these recorded facts, never from labels or guesses, and
-the same way whatever the measured value (see :mod:`hpcbench.report.verdict`). Every
+the same way whatever the measured value (see :mod:`hpcbench.judge.verdict`). Every
 launch (:class:`hpcbench.run.task.Task`) writes them as ``fact.<name>`` records:
 
 * ``fact.cluster`` — ``emulated cluster, shaped link`` (the netns + tc cluster of
@@ -24,9 +24,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-EMULATED_CLUSTER = "emulated cluster, shaped link"
-EMULATED_NODES = "emulated nodes, one loopback"
-ONE_MACHINE = "one machine"
+from hpcbench.core.facts import EMULATED_CLUSTER, EMULATED_NODES, ONE_MACHINE
 
 
 def _emulated_cluster(env: Mapping[str, str]) -> dict | None:
@@ -76,7 +74,7 @@ def launch_facts(nodes: int = 1, env: Mapping[str, str] | None = None,
     facts: dict[str, str | float] = {}
     cluster = _emulated_cluster(env)
     if cluster is not None:
-        from hpcbench.cluster.network import parse_delay, parse_rate
+        from hpcbench.core.tc import parse_delay, parse_rate
 
         spec = cluster.get("spec", {})
         facts["cluster"] = EMULATED_CLUSTER

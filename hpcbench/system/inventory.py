@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from hpcbench.affinity.topology import parse_cpulist
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.registry import Registry
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # pandas and the results module are only needed when displayi
 __all__ = [
     "ABSENT", "InventoryItem", "Probe", "CommandError", "Collector",
     "COLLECTORS", "collector", "collect_inventory", "write_inventory", "inventory_frame",
-    "parse_cpulist", "parse_mpi_version", "parse_nvidia_smi_gpus", "parse_ib_rate",
+    "parse_mpi_version", "parse_nvidia_smi_gpus", "parse_ib_rate",
     "LUSTRE_DIRS_ENV", "parse_lfs_df", "parse_lfs_getstripe",
 ]
 
@@ -185,21 +186,6 @@ def collector(name: str, category: str) -> Callable[[Callable[[Probe], list[Inve
 
 
 # -- parsers (pure: text in, values out) --------------------------------------
-
-def parse_cpulist(text: str) -> list[int]:
-    """Expand a kernel cpulist: ``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]``.
-
-    Reference: https://docs.kernel.org/admin-guide/cputopology.html (list format).
-    """
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
 
 _MPI_PATTERNS = (
     (re.compile(r"\(Open MPI\)\s+(\S+)"), "Open MPI"),            # mpirun (Open MPI) 4.1.5

@@ -138,9 +138,9 @@ def test_no_ledger_rule_t_affinity_is_a_technique():
 
 def test_presenter_shows_plan_costs_and_what_ranks_got(tmp_path):
     from hpcbench.core.results import expand_labels
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
 
     def rows(j):
         return affinity_rows(seed=j) + [("plan.table", None, "", {"plan": "ranks"}, "local_rank 0, cpus 0"),

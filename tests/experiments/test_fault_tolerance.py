@@ -6,8 +6,8 @@ from synthetic import launches, noisy
 
 from hpcbench.experiments.fault_tolerance.rules import failure_ratio, survival_reference
 from hpcbench.experiments.fault_tolerance.summary import summarize
+from hpcbench.judge.verdict import clopper_pearson
 from hpcbench.report.ledger import evaluate_claim
-from hpcbench.report.verdict import clopper_pearson
 
 MODELS, DTYPES = ["resnet_tiny", "gpt2_tiny"], ["float32", "bfloat16"]
 PARAMS = {"models": MODELS, "dtypes": DTYPES, "zstd_level": 3, "light_interval_s": 600.0,

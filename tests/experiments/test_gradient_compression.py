@@ -172,8 +172,8 @@ def test_report_section_table_figure_and_failed_checks(tmp_path):
     import pandas as pd
 
     from hpcbench.experiments.gradient_compression.present import present_compression
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
 
     records = launches(tmp_path, "gradient_compression",
                        lambda k: launch_rows(k, loss_ratio=1.2 if k == 0 else 1.0), 3, params=PARAMS)

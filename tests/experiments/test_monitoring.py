@@ -17,8 +17,8 @@ from synthetic import SHAPED
 from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.experiments.monitoring.config import MonitoringConfig
 from hpcbench.experiments.monitoring.summary import summarize, verify_records
+from hpcbench.judge.verdict import clopper_pearson
 from hpcbench.report.ledger import evaluate_claim
-from hpcbench.report.verdict import clopper_pearson
 from hpcbench.system.facts import write_facts
 
 FAULTS = ["none", "lossy_link", "slow_storage", "cpu_contention"]

@@ -20,8 +20,8 @@ from hpcbench.experiments.practice.faults import FAULT_KINDS
 from hpcbench.experiments.practice.rules import CATCH_LOWER, GUIDE_C12_PROBLEMS_AVOIDED
 from hpcbench.experiments.practice.summary import findings, summarize, verify_records
 from hpcbench.guide.claims import get_claim
+from hpcbench.judge.verdict import clopper_pearson
 from hpcbench.report.ledger import evaluate_claim
-from hpcbench.report.verdict import clopper_pearson
 from hpcbench.system.facts import write_facts
 
 STEPS, READS, BASE_S = 12, 24, 0.1
@@ -194,9 +194,9 @@ def test_presenter_and_plot_render_synthetic_launches(tmp_path):
     from hpcbench.core.results import expand_labels
     from hpcbench.experiments import EXPERIMENTS
     from hpcbench.experiments.practice.plot import practice_plot
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
 
     records = pd.concat([write_launch(tmp_path, k, injected=("slow_storage",) if k else True) for k in range(2)],
                         ignore_index=True).assign(source="run")

@@ -212,7 +212,7 @@ def test_c1_inconclusive_with_too_few_launches(tmp_path):
 
 def test_c1_nic_verdict_covers_every_combination():
     from hpcbench.experiments.scale_model.rules import nic_verdict
-    from hpcbench.report.verdict import Interval, Outcome
+    from hpcbench.judge.verdict import Interval, Outcome
 
     def outcome(verdict, value):
         why = "undecided here" if verdict == "inconclusive" else ""
@@ -312,9 +312,9 @@ def test_estimate_grows_with_rates_steps_and_the_sweep():
 def test_presenter_and_plot_render_synthetic_launches(tmp_path):
     from hpcbench.core.results import expand_labels
     from hpcbench.experiments.scale_model.plot import scale_model_plot
+    from hpcbench.judge.evidence import summarize_launches
+    from hpcbench.present.kit import ExperimentData
     from hpcbench.report.aggregate import series_stats
-    from hpcbench.report.kit import ExperimentData
-    from hpcbench.report.ledger import summarize_launches
 
     df = launches(tmp_path, "scale_model", lambda k: scale_rows(seed=k), 2, params=PARAMS).assign(source="run")
     stats = expand_labels(series_stats(df[df["value"].notna()]))
@@ -363,7 +363,7 @@ def test_c1_predicted_column_reads_the_measured_link_efficiency():
 
     from hpcbench.experiments.scale_model.rules import predict_c1_at_guide_scale
     from hpcbench.guide.claims import get_claim
-    from hpcbench.report.ledger import Evidence
+    from hpcbench.judge.evidence import Evidence
 
     def evidence(efficiencies):
         summaries = pd.DataFrame({"run_id": ["r"] * len(efficiencies), "task_id": ["t"] * len(efficiencies),

@@ -206,10 +206,11 @@ def test_c13_stage_with_more_ranks_than_host_cpus_is_inconclusive(tmp_path):
 
 
 def test_host_cpus_is_read_as_a_launch_fact(tmp_path):
-    from hpcbench.report.ledger import evidence_for
+    from hpcbench.experiments.scaling.summary import summarize
+    from hpcbench.judge.evidence import evidence_for
 
     records = scaling_launch(tmp_path)
     assert (records["metric"] == HOST_CPUS_FACT).any()
-    launches = evidence_for("scaling", records).launches
+    launches = evidence_for("scaling", records, summarize=summarize).launches
     assert launches["host_cpus"].iloc[0] == 16.0
     assert json.loads(launches["params"].iloc[0])["stages"] == STAGES

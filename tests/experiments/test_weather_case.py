@@ -14,7 +14,7 @@ from hpcbench.experiments.weather_case.stages import STAGE_NAMES, STAGES
 from hpcbench.experiments.weather_case.summary import guide_table, summarize, verify_records
 from hpcbench.experiments.weather_case.traffic import (compressed_node_bytes, flat_node_bytes,
                                                        hierarchical_node_bytes)
-from hpcbench.report.kit import ExperimentData
+from hpcbench.present.kit import ExperimentData
 from hpcbench.report.ledger import evaluate_claim
 
 PARAMS = {"nodes": 2, "ranks_per_node": 2, "model": "weather_tiny", "steps": 12, "regime": "guide"}
@@ -243,7 +243,7 @@ def test_bytes_across_nodes_formulas():
 # -- the report section -------------------------------------------------------------------------------
 
 def test_report_section_puts_the_guides_table_beside_ours(tmp_path):
-    from hpcbench.report.ledger import summarize_launches
+    from hpcbench.judge.evidence import summarize_launches
 
     _, records = c7(tmp_path, GUIDE_LIKE, n=2, losses={"no_sync_only": 0.02})
     summaries = summarize_launches(records, summarize, "weather_case").assign(source="here")

@@ -18,12 +18,14 @@ from typing import Any, Callable, Iterator
 STEPS_PER_SHARD, SHARDS = 32, 2
 
 
-def prepare_weather_data(out_dir: str | os.PathLike, model: str, *, seed: int, command: str) -> str:
-    """The task's weather data set (``out_dir/data``) on ``model``'s grid, made once, flushed to the disk.
+def prepare_weather_data(out_dir: str | os.PathLike, *, channels: int, grid: tuple[int, int], seed: int,
+                         command: str) -> str:
+    """The task's weather data set (``out_dir/data``) on a model's grid, made once, flushed to the disk.
 
     Args:
         out_dir: the task's folder.
-        model: a weather model of :data:`hpcbench.models.MODELS` (its channels and grid).
+        channels, grid: the weather model's variables per grid point and (lat, lon) cells
+            (:attr:`hpcbench.models.ModelSpec.channels`, :attr:`~hpcbench.models.ModelSpec.grid`).
         seed: the generator's seed.
         command: what made it, written into the manifest.
 
@@ -31,13 +33,11 @@ def prepare_weather_data(out_dir: str | os.PathLike, model: str, *, seed: int, c
         The data set's folder.
     """
     from hpcbench.data.generators.weather import WeatherSpec, make_weather
-    from hpcbench.models import MODELS
 
-    spec = MODELS.get(model)
     folder = Path(out_dir) / "data"
     if not (folder / "manifest.json").is_file():
-        make_weather(folder, WeatherSpec(steps=SHARDS * STEPS_PER_SHARD, channels=spec.channels, lat=spec.grid[0],
-                                         lon=spec.grid[1], steps_per_shard=STEPS_PER_SHARD, seed=seed),
+        make_weather(folder, WeatherSpec(steps=SHARDS * STEPS_PER_SHARD, channels=channels, lat=grid[0],
+                                         lon=grid[1], steps_per_shard=STEPS_PER_SHARD, seed=seed),
                      command=command)
     os.sync()  # dirty pages cannot be dropped: every later read must reach the disk
     return str(folder)

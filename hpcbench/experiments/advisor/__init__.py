@@ -2,15 +2,14 @@
 
 from hpcbench.advise.recommend import OVERLAP_MICRO_STEPS
 from hpcbench.cluster.network import parse_rate
-from hpcbench.core.metrics import busbw_factor
-from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.core.metrics import allreduce_bytes_sent
+from hpcbench.experiments import Estimate, Experiment, distributed_resources, register
 from hpcbench.experiments.advisor.config import AdvisorConfig
 from hpcbench.experiments.advisor.present import present_advisor
 from hpcbench.experiments.advisor.rules import RULES
 from hpcbench.experiments.advisor.summary import summarize
-from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, model_footprint, training_memory, training_step_seconds
+from hpcbench.experiments.training_estimate import Training, training_estimate
+from hpcbench.models.footprint import model_footprint
 
 #: float32 copies of the parameters alive per regime: the base model, then five DDP copies (baseline,
 #: its no-op twin, three techniques) of weights, gradients and DDP's buckets each.
@@ -24,34 +23,23 @@ SYNCS_ON_THE_LINK = 1 + 2 / 3 + 1 + 0.1
 
 def estimate(cfg: AdvisorConfig) -> Estimate:
     """The largest phase's copies and batches per rank; per phase its steps' compute and its link's transfers."""
-    gpu = cfg.backend == "nccl"
-    speed = GPU_SPEED if gpu else CPU_SPEED
     ranks = cfg.nodes * cfg.ranks_per_node
-    peak, seconds, unknown = 0, TASK_STARTUP_S, []
+    steps = cfg.warmup_steps + cfg.steps
+    trainings = []
     for regime in cfg.regimes:
         s = cfg.settings(regime)
-        # one micro-batch's layer outputs live at a time: no_sync's backward frees each before the next
-        need = training_memory(s.model, samples=s.batch_size, image_size=32, seq_len=64, state_copies=STATE_COPIES)
-        step = training_step_seconds(s.model, samples=s.batch_size, image_size=32, seq_len=64, ranks=ranks,
-                                     speed=speed)
         fp = model_footprint(s.model)
-        if need is None or step is None or fp is None:
-            unknown.append(s.model)
-            continue
-        peak = max(peak, need)
-        link_s = 4 * fp.parameters * busbw_factor("all_reduce", ranks) * 8 / parse_rate(s.link_rate)
-        steps = cfg.warmup_steps + cfg.steps
-        seconds += (steps * (MICRO_STEPS_PER_STEP * step + SYNCS_ON_THE_LINK * link_s)
-                    + cfg.layout_repeats * link_s + 3 * cfg.probe_iters * len(cfg.probe_sizes) * link_s)
-    basis = (f"{STATE_COPIES} float32 copies of the largest phase's parameters + its layer outputs for one "
-             f"micro-batch: {approx_bytes(peak)} per rank, + {approx_bytes(RANK_BYTES)} per "
-             f"rank process + {approx_bytes(TASK_BASE_BYTES)} per task; per phase (warm-up + steps) x "
-             f"({MICRO_STEPS_PER_STEP} micro-steps + {SYNCS_ON_THE_LINK:.2g} gradient all-reduces at the phase's "
-             f"link rate), the layout and probe all-reduces")
-    if unknown:
-        basis += f"; no footprint for {', '.join(unknown)}: not counted"
-    return Estimate(memory_per_rank=RANK_BYTES + (0 if gpu else peak), ranks=ranks,
-                    seconds=None if unknown else seconds, device_memory_per_rank=peak if gpu else 0, basis=basis)
+        # one gradient all-reduce at the phase's link rate; a model without a footprint is left uncounted
+        link_s = allreduce_bytes_sent(4 * fp.parameters, ranks) * 8 / parse_rate(s.link_rate) if fp else 0.0
+        # one micro-batch's layer outputs live at a time: no_sync's backward frees each before the next
+        trainings.append(Training(s.model, s.batch_size, STATE_COPIES, steps * MICRO_STEPS_PER_STEP,
+                                  extra_seconds=steps * SYNCS_ON_THE_LINK * link_s + cfg.layout_repeats * link_s
+                                  + 3 * cfg.probe_iters * len(cfg.probe_sizes) * link_s))
+    return training_estimate(
+        cfg, trainings, f"{STATE_COPIES} float32 copies of the largest phase's parameters + its layer outputs for "
+                        f"one micro-batch",
+        f"; per phase (warm-up + steps) x ({MICRO_STEPS_PER_STEP} micro-steps + {SYNCS_ON_THE_LINK:.2g} gradient "
+        f"all-reduces at the phase's link rate), the layout and probe all-reduces")
 
 
 #: Toy size (``hpcbench run advisor --toy``): two regimes, two steps each and a three-size probe: the advice on two

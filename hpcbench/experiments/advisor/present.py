@@ -8,8 +8,8 @@ import pandas as pd
 
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES
 from hpcbench.experiments.advisor.summary import SERIES, SUMMARY_KEYS
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 pick, image_of, present_stats, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                  image_of, pick, present_stats, text_table)
 
 #: Summary column -> heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"sample_p50_ms": "per sample p50 (ms)", "gain_p50": "measured gain", "predicted_gain": "predicted gain",

@@ -6,18 +6,18 @@ computation and communication". The advisor (:mod:`hpcbench.advise`) applies tha
 each regime's **baseline** records; the rule asks whether the technique it picks is the one
 that then measures best.
 
-Per strict launch group (same parameters and facts, :func:`~hpcbench.report.rulekit.launch_groups`)
+Per strict launch group (same parameters and facts, :func:`~hpcbench.judge.rulekit.launch_groups`)
 and per regime:
 
 * **the advisor's pick** — the most frequent pick over the launches (a tie: no pick);
 * **each technique's gain** — the baseline's time per sample over the technique's, paired per
-  launch (:func:`~hpcbench.report.verdict.paired_ratio`, 95 % interval; shown);
+  launch (:func:`~hpcbench.judge.verdict.paired_ratio`, 95 % interval; shown);
 * **the measured best** — the technique with the highest gain, *distinguishable* only where its
   paired ratio over every other technique (the other's time per sample / its own) lies above 1:
   the paired form of "its interval lies above every other's" (two gain intervals can overlap
   while the paired difference is clear, because launch-to-launch noise is shared). These
   pairwise comparisons of all groups and regimes form one family, Holm-corrected
-  (:func:`~hpcbench.report.verdict.judge_family`); fewer than 5 launches x 10 steps leave
+  (:func:`~hpcbench.judge.verdict.judge_family`); fewer than 5 launches x 10 steps leave
   them inconclusive (n = ...);
 * **agree** — pick == measured best, counted only where the best is distinguishable.
 
@@ -26,7 +26,7 @@ intervals. **Reproduced** when every regime of the three (bandwidth, latency, co
 distinguishable best and agrees; **not reproduced** when a distinguishable best disagrees with the
 pick; **inconclusive** otherwise. Applicability, from recorded facts only: the regimes differ by
 their link, so the run needs a real inter-node link
-(:func:`~hpcbench.report.rulekit.slow_link_problem`) and a phase whose link was not shaped for
+(:func:`~hpcbench.judge.rulekit.slow_link_problem`) and a phase whose link was not shaped for
 it (``shaped`` False) does not count.
 """
 
@@ -39,10 +39,10 @@ import pandas as pd
 
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES, TECHNIQUES
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, paired_samples
-from hpcbench.report.rulekit import in_group, launch_groups, slow_link_problem
-from hpcbench.report.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, Reference,
-                                     judge_family, paired_comparison, paired_ratio)
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, paired_samples
+from hpcbench.judge.rulekit import in_group, launch_groups, slow_link_problem
+from hpcbench.judge.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, Reference,
+                                    judge_family, paired_comparison, paired_ratio)
 
 #: "Faster than the other technique": the paired ratio (other's time per sample / this one's) above 1.
 FASTER = Reference(1.0, lower=1.0, unit="x", source="C14's measured best: faster per sample than every other "

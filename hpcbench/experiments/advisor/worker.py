@@ -58,7 +58,7 @@ def launch_advisor(task: Any) -> list:
     Returns:
         The launches' :class:`~hpcbench.dist.launcher.LaunchResult` s.
     """
-    from hpcbench.cluster.node_faults import cluster_of
+    from hpcbench.cluster.locate import cluster_of
     from hpcbench.dist import launch
     from hpcbench.cluster.link_phase import link_phase
 

@@ -7,9 +7,9 @@ import pandas as pd
 from hpcbench.core.results import expand_labels
 from hpcbench.experiments.affinity.rules import COST_REFERENCE, MIN_COST, judge_costs
 from hpcbench.experiments.affinity.summary import MISTAKE, RIGHT, TITLES, costs
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number,
-                                 present_stats, image_of)
-from hpcbench.report.ledger import evidence_for
+from hpcbench.judge.evidence import evidence_for
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  present_stats)
 
 #: Plan records in the order the section shows them, with their headings.
 PLAN_PARTS = {"plan.table": "plan (per local rank)", "plan.rank": "numactl and environment",

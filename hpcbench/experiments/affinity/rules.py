@@ -4,7 +4,7 @@ T-affinity is a technique of the guide (section 2.3: "common errors: GPUs not bo
 NUMA node, wrong CPU affinity, huge pages ignored"), not one of its numbered claims C1-C17,
 so the claims ledger has no row for it and :data:`RULES` is empty. The report section and
 the notebook read :func:`judge_costs` instead, built on the same standard
-(:func:`hpcbench.report.rulekit.judge_comparisons`).
+(:func:`hpcbench.judge.rulekit.judge_comparisons`).
 
 Fixed here from the guide's words before any value was looked at: the guide calls each of
 these an *error* and gives no figure. Per mistake, one comparison, paired per launch (both
@@ -31,10 +31,10 @@ from typing import Any, Mapping
 import pandas as pd
 
 from hpcbench.experiments.affinity.config import MISTAKES
-from hpcbench.experiments.affinity.summary import MISTAKE, RIGHT, TITLES
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, evidence_for
-from hpcbench.report.rulekit import Comparison, judge_comparisons
-from hpcbench.report.verdict import INCONCLUSIVE, Reference
+from hpcbench.experiments.affinity.summary import MISTAKE, RIGHT, TITLES, summarize
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, evidence_for
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
+from hpcbench.judge.verdict import INCONCLUSIVE, Reference
 
 #: The least slowdown of the mistake over the right way that counts as a cost (our bound, see above).
 MIN_COST = 1.05
@@ -91,7 +91,8 @@ def judge_costs(evidence: Evidence, mistakes: Any = MISTAKES) -> dict[str, Judge
 def cost_verdicts(records: pd.DataFrame, *, statuses: Mapping[tuple[str, str], str] | None = None,
                   summaries: pd.DataFrame | None = None) -> dict[str, Judgement]:
     """:func:`judge_costs` straight from records (the notebook's one launch, or a report's many)."""
-    return judge_costs(evidence_for("affinity", records, statuses=statuses, summaries=summaries))
+    return judge_costs(evidence_for("affinity", records, summarize=summarize, statuses=statuses,
+                                    summaries=summaries))
 
 
 def cost_table(judgements: Mapping[str, Judgement]) -> pd.DataFrame:

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C2_GAIN
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 legend_below, pick, present_stats, source_variants, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  legend_below, pick, present_stats, source_variants, text_table)
 
 
 def present_batch_scaling(data: ExperimentData) -> list[Section]:

@@ -11,7 +11,7 @@ The comparison is fixed by the launch's parameters before any value is read:
 
 **Applicability, from recorded facts, stated before any launch was run.** Accumulation spares
 synchronisations, so C2 applies only where a synchronisation crosses a link slower than the
-intra-node one (:func:`~hpcbench.report.rulekit.slow_link_problem`: >= 2 nodes on the emulated
+intra-node one (:func:`~hpcbench.judge.rulekit.slow_link_problem`: >= 2 nodes on the emulated
 cluster or real SLURM nodes), and its figure holds only in the guide's regime: a 3.2x gain from 4x
 accumulation means the 1x step was 1/12 busy (its synchronisation 11/12 = 92 % of it;
 :data:`~hpcbench.experiments.batch_scaling.config.GUIDE_REGIME`). So the comparison is judged only in
@@ -31,11 +31,11 @@ import dataclasses
 import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
-from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import Evidence, Judgement, launch_params
 from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME
-from hpcbench.report.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.report.verdict import gain_reference
+from hpcbench.guide.claims import Claim
+from hpcbench.judge.evidence import Evidence, Judgement, launch_params
+from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.verdict import gain_reference
 from hpcbench.scale.regime import key_launches_by_regime, regime_applies
 
 

@@ -27,13 +27,13 @@ import threading
 import time
 
 from hpcbench.cluster.link_phase import SteeredLink
-from hpcbench.cluster.network import parse_rate
 from hpcbench.core.results import RecordWriter
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME, BatchScalingConfig
 from hpcbench.models import MODELS
 from hpcbench.parallel.modes import parallelize
-from hpcbench.scale.regime import Calibration, busy_share, calibrate_on_ranks, regime_facts
+from hpcbench.scale.regime import (Calibration, busy_share, calibrate_on_ranks, judged_rate_bps, regime_facts,
+                                   write_calibration)
 from hpcbench.system.facts import write_facts
 
 # -- memory -------------------------------------------------------------------------------
@@ -104,8 +104,7 @@ def run_worker(cfg: BatchScalingConfig, topo: Topology, writer: RecordWriter) ->
     with steer if steer is not None else contextlib.nullcontext():
         baseline = BaselineTwin(cfg, topo, base, device) if steer is not None else None
         calibration = (calibrate_on_ranks(steer, lambda: baseline.busy(cfg.calibration_steps, sync),
-                                          [parse_rate(r) for r in cfg.calibration_rates], GUIDE_REGIME.target_busy,
-                                          lead=lead, device=device)
+                                          cfg.calibration_rates, GUIDE_REGIME.target_busy, lead=lead, device=device)
                        if baseline is not None and topo.nodes > 1 else None)
         judged = _sweep(cfg, topo, rank, writer, spec, base, items_per_sample)
         compute = baseline.compute(cfg.steps, sync) if baseline is not None else None
@@ -231,20 +230,13 @@ def write_regime(writer: RecordWriter, calibration: Calibration | None, steer: S
     link the judged steps ran on (``judged_at``, read before the link was put back), the twin right after
     the sweep.
     """
-    from hpcbench.cluster.network import parse_rate
-
     if calibration is None:
         calibration = Calibration((), None, None, why_not="one node: no inter-node link to steer by")
-    for p in calibration.points:
-        writer.add("regime_calibration_busy", p.busy, "fraction", labels={"link_rate_bps": p.link_rate_bps},
-                   text=f"the larger_batch 1x step's busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
     step = statistics.median(judged) if judged else math.nan
     reached = statistics.median(compute) / step if judged and compute and step > 0 else math.nan
-    shaped = steer.can_shape and calibration.fit is not None
-    rate = parse_rate(judged_at) if shaped and judged_at else None
-    writer.add("regime_calibration", None, "", text=calibration.describe()
-               + f"; judged steps: larger_batch 1x {reached:.0%} busy (the guide's {GUIDE_REGIME.target_busy:.0%})")
-    write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, rate))
+    write_calibration(writer, calibration, "the larger_batch 1x step", judged_busy=reached,
+                      target_busy=GUIDE_REGIME.target_busy)
+    write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, judged_rate_bps(steer, calibration, judged_at)))
 
 
 # -- reading the records back -------------------------------------------------------------

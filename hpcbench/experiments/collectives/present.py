@@ -8,8 +8,8 @@ from typing import Sequence
 import pandas as pd
 
 from hpcbench.core.units import format_bytes
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 legend_below, ordered, present_stats, rank_in, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  legend_below, ordered, present_stats, rank_in, text_table)
 
 _TO_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3}
 OP_ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")

@@ -16,9 +16,9 @@ import pandas as pd
 from hpcbench.core.facts import GUIDE_C10_NCCL_SETTINGS, LINK_PEAKS_GBPS
 from hpcbench.core.units import format_gbps
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import CONTEXT, NO_VALUE, Evidence, Judgement
-from hpcbench.report.rulekit import Comparison, judge_comparisons
-from hpcbench.report.verdict import Reference
+from hpcbench.judge.evidence import CONTEXT, NO_VALUE, Evidence, Judgement
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
+from hpcbench.judge.verdict import Reference
 
 #: A tuned/default busbw ratio counts as an improvement from here (5 % is run-to-run noise on a fabric).
 C10_GAIN = 1.05

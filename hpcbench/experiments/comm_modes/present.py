@@ -9,9 +9,9 @@ import pandas as pd
 from hpcbench.core.units import format_bytes
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 image_of, legend_below, ordered, pick, present_stats, rank_in, source_variants,
-                                 text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                  image_of, legend_below, ordered, pick, present_stats, rank_in, source_variants,
+                                  text_table)
 
 MODE_ORDER = ("ddp", "hybrid_dp_ddp", "hierarchical", "hierarchical_leader")
 

@@ -31,9 +31,9 @@ from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C
 from hpcbench.experiments.comm_modes.config import (CALIBRATED_FAMILY, GPT2_SHARE, GUIDE_REGIME, IB_MTU_BUCKET_MB,
                                                     nic_gains_at_guide_regime)
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import Evidence, Judgement
-from hpcbench.report.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.report.verdict import Reference, gain_reference
+from hpcbench.judge.evidence import Evidence, Judgement
+from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.verdict import Reference, gain_reference
 from hpcbench.scale.regime import key_launches_by_regime, regime_applies, with_measured_busy
 
 DEFAULT_BUCKET_MB = DDP_DEFAULT_BUCKET_BYTES / (1 << 20)

@@ -23,7 +23,6 @@ import time
 from typing import Any, Callable
 
 from hpcbench.cluster.link_phase import SteeredLink
-from hpcbench.cluster.network import parse_rate
 
 from hpcbench.core.results import RecordWriter
 from hpcbench.diag.records import record_same_start, record_tf32, record_trace
@@ -33,7 +32,8 @@ from hpcbench.experiments.comm_modes.config import DEFAULT_BUCKET_MB, GUIDE_REGI
 from hpcbench.models import MODELS, ModelSpec
 from hpcbench.parallel.hooks import BucketLog, HierarchicalState
 from hpcbench.parallel.modes import MODES, ModeNotApplicable, parallelize
-from hpcbench.scale.regime import Calibration, busy_share, calibrate_on_ranks, regime_facts
+from hpcbench.scale.regime import (Calibration, busy_share, calibrate_on_ranks, judged_rate_bps, regime_facts,
+                                   write_calibration)
 from hpcbench.system.facts import write_facts
 
 #: Gradient agreement with plain DDP (fp32; only the summation order differs).
@@ -86,16 +86,11 @@ def write_regime(writer: RecordWriter, model: str, calibration: Calibration, ste
     The reached busy share is the no-op twin's median step (timed right after the model's runs) over
     ddp's median judged step, both at the link the judged steps ran on.
     """
-    for p in calibration.points:
-        writer.add("regime_calibration_busy", p.busy, "fraction",
-                   labels={"model": model, "link_rate_bps": p.link_rate_bps},
-                   text=f"{model} ddp's busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
     step = statistics.median(judged) if judged else math.nan
     reached = statistics.median(compute) / step if judged and compute and step > 0 else math.nan
-    shaped = steer.can_shape and calibration.fit is not None
-    rate = parse_rate(steer.current) if shaped and steer.current else None
-    writer.add("regime_calibration", None, "", labels={"model": model}, text=calibration.describe()
-               + f"; judged steps: {model} ddp {reached:.0%} busy (the guide's {GUIDE_REGIME.target_busy:.0%})")
+    write_calibration(writer, calibration, f"{model} ddp", labels={"model": model}, judged_busy=reached,
+                      target_busy=GUIDE_REGIME.target_busy)
+    rate = judged_rate_bps(steer, calibration, steer.current)
     write_facts(writer, {**regime_facts(GUIDE_REGIME.target_busy, reached, rate), "regime.model": model})
 
 
@@ -179,8 +174,8 @@ def run_worker(cfg: CommModesConfig, topo: Topology, writer: RecordWriter) -> No
             items = cfg.batch_size * spec.items_per_sample(seq_len=cfg.seq_len)
             twin = BaselineTwin(cfg, topo, spec, base, batch, device, state) if steer is not None else None
             calibration = (calibrate_on_ranks(steer, lambda: twin.busy(cfg.calibration_steps, sync),
-                                              [parse_rate(r) for r in cfg.calibration_rates],
-                                              GUIDE_REGIME.target_busy, lead=lead, device=device)
+                                              cfg.calibration_rates, GUIDE_REGIME.target_busy, lead=lead,
+                                              device=device)
                            if twin is not None else None)
             judged: list[float] = []
             reference = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hpcbench.report.kit import Cell, ExperimentData, Section, Table, fmt_number, label_text, stats_table
+from hpcbench.present.kit import Cell, ExperimentData, Section, Table, fmt_number, label_text, stats_table
 
 
 def present_environment(data: ExperimentData) -> list[Section]:

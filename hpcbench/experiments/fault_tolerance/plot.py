@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from hpcbench.core.facts import GUIDE_C15_TRIES
-from hpcbench.report.verdict import clopper_pearson
+from hpcbench.judge.verdict import clopper_pearson
 
 #: Tries drawn on the survival panel: the guide's 3 between its neighbours.
 TRIES_SHOWN = (1, 2, 3, 4)

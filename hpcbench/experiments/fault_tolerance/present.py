@@ -8,9 +8,9 @@ from typing import Any
 import pandas as pd
 
 from hpcbench.experiments.fault_tolerance.plot import draw_survival
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 pick, image_of, present_stats, source_variants, text_table)
-from hpcbench.report.verdict import clopper_pearson
+from hpcbench.judge.verdict import clopper_pearson
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                  image_of, pick, present_stats, source_variants, text_table)
 
 TIER_ORDER = {"full": 0, "light": 1}
 

@@ -3,7 +3,7 @@
 Both references are fixed here from the claims' words, before any value is read. Intervals are
 95 % Student-t intervals over launches (df = launches - 1) of per-launch values, or exact
 (Clopper-Pearson) intervals of 0/1 outcomes pooled over launches; the members a rule adds itself are
-Bonferroni-corrected among themselves (those of :func:`hpcbench.report.rulekit.judge_levels` are
+Bonferroni-corrected among themselves (those of :func:`hpcbench.judge.rulekit.judge_levels` are
 corrected there).
 
 **C11** — "full training state every hour, a light checkpoint every 10 minutes, compressed
@@ -69,10 +69,10 @@ import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S, GUIDE_C15_TRIES
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, launch_params, select
-from hpcbench.report.rulekit import Level, in_group, judge_levels, launch_groups
-from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, Interval, Outcome, Reference, combine, judge,
-                                     clopper_pearson, mean_interval, share_outcome)
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params, select
+from hpcbench.judge.rulekit import Level, in_group, judge_levels, launch_groups
+from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, Interval, Outcome, Reference, clopper_pearson, combine,
+                                    judge, mean_interval, share_outcome)
 
 #: C11: a save repeated at the guide's interval may cost at most this share of the wall time, in %.
 C11_OVERHEAD_PCT = 1.0

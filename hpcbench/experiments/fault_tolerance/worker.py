@@ -434,6 +434,7 @@ def measure_failures(cfg: FaultToleranceConfig, tr: Training, root: Path, device
 
     from hpcbench.fault.async_save import snapshot_to_cpu
     from hpcbench.fault.checkpoint import CheckpointManager
+    from hpcbench.fault.inject.data import corrupt_shard
 
     labels = {"phase": "failure", "model": tr.spec.name, "dtype": tr.dtype_name,
               "cadence_s": cfg.failure_light_every_s}
@@ -530,7 +531,7 @@ def measure_failures(cfg: FaultToleranceConfig, tr: Training, root: Path, device
     save_light()
     newest = manager[0].latest_valid()
     data = next(p for p in newest.path.iterdir() if p.name.startswith("state.pt"))
-    os.truncate(data, data.stat().st_size // 2)
+    corrupt_shard(data, how="truncate", at=0.5)  # a save torn half-way
     found = CheckpointManager(root, _policy(cfg), warn=lambda line: None)
     info = found.latest_valid()
     skipped = info is not None and info.step == before and any(s.step == tr.step for s in found.skipped)
@@ -573,7 +574,7 @@ def measure_overhead(cfg: FaultToleranceConfig, root: Path, device, writer: Reco
 
 def wrapper_script() -> Path:
     """``slurm/run_with_retries.sh`` of this checkout (``$HPCBENCH_SLURM_TEMPLATES`` overrides the folder)."""
-    from hpcbench.run.backends.slurm import templates_dir
+    from hpcbench.core.paths import templates_dir
 
     return templates_dir() / "run_with_retries.sh"
 
@@ -667,7 +668,8 @@ class Injector:
             self._target = None
 
     def _run(self) -> None:
-        from hpcbench.fault.inject import corrupt_shard
+        from hpcbench.fault.inject.data import corrupt_shard
+        from hpcbench.fault.inject.process import kill_process_groups, try_groups
 
         while not self._stop.wait(float(self.rng.exponential(self.mtbf_s))):
             # Every draw is made whatever the target, so the sequence of failures is the seed's alone.
@@ -675,38 +677,19 @@ class Injector:
             pick, where = float(self.rng.random()), float(self.rng.random())
             with self._lock:
                 target = self._target
-                groups = _try_groups(target[1]) if target else []
+                groups = try_groups(target[1]) if target else []
                 if not groups:
                     self.events.append(InjectedEvent(time.time(), kind, None))
                     continue
                 job, _, data, shards = target
                 if kind == "kill":
-                    for pgid in groups:
-                        with contextlib.suppress(ProcessLookupError, PermissionError):
-                            os.killpg(pgid, signal.SIGKILL)
+                    kill_process_groups(groups)
                     self.events.append(InjectedEvent(time.time(), kind, job))
                 else:
                     name = shards[min(int(pick * len(shards)), len(shards) - 1)]
                     with contextlib.suppress(OSError):
                         corrupt_shard(data / name, how="flip", at=where)
                         self.events.append(InjectedEvent(time.time(), kind, job, name))
-
-
-def _try_groups(wrapper_pid: int) -> list[int]:
-    """Process groups of the wrapper's running try: its descendants outside the wrapper's own group."""
-    import psutil
-
-    try:
-        own = os.getpgid(wrapper_pid)
-        children = psutil.Process(wrapper_pid).children(recursive=True)
-    except (psutil.Error, ProcessLookupError):
-        return []
-    groups = set()
-    for child in children:
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if child.status() != psutil.STATUS_ZOMBIE and os.getpgid(child.pid) != own:
-                groups.add(os.getpgid(child.pid))
-    return sorted(groups)
 
 
 def _utc(stamp: str) -> float:
@@ -742,9 +725,9 @@ def run_survival_job(script: Path, tries: int, data: Path, try_s: float, log: Pa
     try:
         status = proc.wait(timeout=60 + 10 * tries * try_s)
     except subprocess.TimeoutExpired:
-        for pgid in _try_groups(proc.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+        from hpcbench.fault.inject.process import kill_try_groups
+
+        kill_try_groups(proc.pid)  # the hung try, then its wrapper
         proc.kill()
         proc.wait()
         raise RuntimeError(f"survival job {job} ({' '.join(cmd)}) did not end in time; see {log}") from None

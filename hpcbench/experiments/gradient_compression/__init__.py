@@ -1,14 +1,12 @@
 """Experiment ``gradient_compression``: 2-bit gradients in 4 MB buckets against float32, fp16, bf16, PowerSGD (C8)."""
 
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
-from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.experiments import Estimate, Experiment, distributed_resources, register
 from hpcbench.experiments.gradient_compression.config import CompressionConfig
 from hpcbench.experiments.gradient_compression.present import present_compression
 from hpcbench.experiments.gradient_compression.rules import RULES
 from hpcbench.experiments.gradient_compression.summary import summarize
-from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
+from hpcbench.experiments.training_estimate import Training, training_estimate
 
 #: float32 copies of the parameters per series alive at once: weights, gradients, DDP's buckets,
 #: and the hook's own (quant2bit's worker + server residuals, PowerSGD's error dict), + momentum.
@@ -26,37 +24,19 @@ def estimate(cfg: CompressionConfig) -> Estimate:
     with weights, gradients, DDP buckets and the hook's state (+ momentum); the base model and
     the gradient check's local copy. Time: every series' warm-up, timed and check steps.
     """
-    gpu = cfg.backend == "nccl"
-    speed = GPU_SPEED if gpu else CPU_SPEED
-    ranks = cfg.nodes * cfg.ranks_per_node
     series = len(cfg.series()) + 1
     # the regime calibration's none and no-op copies live beside the series while it runs
     calibrated = 2 if cfg.regime == "guide" else 0
     copies = OTHER_COPIES + (series + calibrated) * (SERIES_COPIES + (1 if cfg.momentum else 0))
-    shape = {"samples": cfg.batch_size, "image_size": cfg.image_size, "seq_len": cfg.seq_len}
     # each calibration rate and the refinement at the solved one: 1 untimed + calibration_steps steps of both
     calibration_steps = calibrated * (len(cfg.calibration_rates) + 1) * (1 + cfg.calibration_steps)
     steps_per_model = len(cfg.modes) * (series * (cfg.warmup_steps + cfg.steps + CHECK_STEPS) + calibration_steps)
-    peak, seconds, unknown = 0, TASK_STARTUP_S, []
-    for name in cfg.models:
-        need = training_memory(name, state_copies=copies, **shape)
-        step = training_step_seconds(name, ranks=ranks, speed=speed, **shape)
-        if need is None or step is None:
-            unknown.append(name)
-            continue
-        peak = max(peak, need)
-        seconds += steps_per_model * step
-    if calibrated:  # per mode: each rate, the solved one, and putting the link back
-        seconds += len(cfg.modes) * len(cfg.models) * (len(cfg.calibration_rates) + 2) * RESHAPE_TYPICAL_S
-    basis = (f"{copies} float32 copies of the largest model's parameters ({series} series incl. the no-op run) + 2x "
-             f"its layer outputs for a batch of {cfg.batch_size}: {approx_bytes(peak)} per rank "
-             f"{'on the GPU' if gpu else 'in host memory'}, + {approx_bytes(RANK_BYTES)} per rank process + "
-             f"{approx_bytes(TASK_BASE_BYTES)} per task")
-    if unknown:
-        basis += f"; no footprint for {', '.join(unknown)}: not counted"
-    return Estimate(memory_per_rank=RANK_BYTES + (0 if gpu else peak), ranks=ranks,
-                    seconds=None if unknown else seconds,
-                    device_memory_per_rank=peak if gpu else 0, basis=basis)
+    # per mode: each rate, the solved one, and putting the link back
+    reshapes = len(cfg.modes) * (len(cfg.calibration_rates) + 2) * RESHAPE_TYPICAL_S if calibrated else 0.0
+    return training_estimate(cfg, [Training(name, cfg.batch_size, copies, steps_per_model, cfg.image_size, cfg.seq_len,
+                                            extra_seconds=reshapes) for name in cfg.models],
+                             f"{copies} float32 copies of the largest model's parameters ({series} series incl. the "
+                             f"no-op run) + 2x its layer outputs for a batch of {cfg.batch_size}")
 
 
 #: Toy size (``hpcbench run gradient_compression --toy``): two compressions (none, quant2bit) on two steps: the

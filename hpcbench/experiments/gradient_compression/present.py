@@ -7,8 +7,8 @@ import pandas as pd
 from hpcbench.core.units import approx_bytes
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.gradient_compression.summary import ORDER
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 present_stats, rank_in, source_variants, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  present_stats, rank_in, source_variants, text_table)
 
 #: (column of the summary, header, digits; None: bytes)
 SHOWN = (("bytes_step", "bytes / step", None), ("wire_ratio", "wire ratio (compressed part)", 4),

@@ -26,7 +26,7 @@ communication optimisations"; predicted: 16x less traffic for compressed buckets
   plain reduction of the same values. A series failing one is left out and named, so its launch
   gives no pair and does not count.
 
-Applicability, from recorded facts (:func:`~hpcbench.report.rulekit.slow_link_problem`): the
+Applicability, from recorded facts (:func:`~hpcbench.judge.rulekit.slow_link_problem`): the
 claim is about sparing the inter-node link, so it needs one — the emulated cluster's shaped link
 or SLURM with nodes >= 2; one node or emulated nodes on one loopback are inconclusive whatever
 the values. Fewer than 5 launches x 10 steps: inconclusive (n = ...).
@@ -48,9 +48,9 @@ which no regime changes: it is judged wherever the setting and the link apply.
 Reproduced only if both levels are, for every model and mode; not reproduced if either is not;
 inconclusive otherwise. Level 1 is a count of bytes whose per-step values repeat exactly, so its
 interval is the value itself and adds no chance of a false verdict: it is judged as a single
-value (:func:`~hpcbench.report.rulekit.judge_levels`), level 2 as paired ratios
-(:func:`~hpcbench.report.rulekit.judge_comparisons`, Holm across models and modes), and the two
-verdicts are combined as :func:`~hpcbench.report.verdict.combine` combines required parts.
+value (:func:`~hpcbench.judge.rulekit.judge_levels`), level 2 as paired ratios
+(:func:`~hpcbench.judge.rulekit.judge_comparisons`, Holm across models and modes), and the two
+verdicts are combined as :func:`~hpcbench.judge.verdict.combine` combines required parts.
 """
 
 from __future__ import annotations
@@ -65,10 +65,10 @@ from hpcbench.core.facts import GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES
 from hpcbench.experiments.gradient_compression.config import BASELINE, GUIDE_REGIME, TECHNIQUE
 from hpcbench.experiments.gradient_compression.summary import LOSS_TOLERANCE
 from hpcbench.guide.claims import Claim
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params
+from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels, slow_link_problem
+from hpcbench.judge.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Reference
 from hpcbench.parallel.compression import is_skipped
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, launch_params
-from hpcbench.report.rulekit import Comparison, Level, judge_comparisons, judge_levels, slow_link_problem
-from hpcbench.report.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Reference
 from hpcbench.scale.regime import MATCHED, MISSED, regime_reason
 
 #: Level 1: float32 bytes over sent bytes of the compressed part; the guide's 32 / 2 bits ...

@@ -262,7 +262,6 @@ def calibrate_mode(cfg: CompressionConfig, base: Any, spec: ModelSpec, mode: str
     import torch
     import torch.distributed as dist
 
-    from hpcbench.cluster.network import parse_rate
     from hpcbench.dist.worker import progress
     from hpcbench.scale.regime import busy_share, calibrate_on_ranks
 
@@ -286,22 +285,10 @@ def calibrate_mode(cfg: CompressionConfig, base: Any, spec: ModelSpec, mode: str
         slowest = torch.tensor(times[BASELINE] + times["noop"], dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         n = cfg.calibration_steps
-        busy = busy_share(slowest[:n].tolist(), slowest[n:].tolist())
-        progress(f"calibration: {BASELINE} {busy:.0%} busy at {steer.current}")
-        return busy
+        return busy_share(slowest[:n].tolist(), slowest[n:].tolist())
 
-    found = calibrate_on_ranks(steer, measure, [parse_rate(r) for r in cfg.calibration_rates],
-                               GUIDE_REGIME.target_busy, lead=lead, device=device)
-    progress(found.describe())
-    return found
-
-
-def write_calibration(writer: RecordWriter, calibration: Any, labels: dict) -> None:
-    """The calibration's measured points and its sentence, labelled with the (model, mode) it was for."""
-    for p in calibration.points:
-        writer.add("regime_calibration_busy", p.busy, "fraction", labels={**labels, "link_rate_bps": p.link_rate_bps},
-                   text=f"{BASELINE}'s busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
-    writer.add("regime_calibration", None, "", labels=labels, text=calibration.describe())
+    return calibrate_on_ranks(steer, measure, cfg.calibration_rates, GUIDE_REGIME.target_busy, lead=lead,
+                              device=device, baseline=BASELINE, progress=progress)
 
 
 def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> None:
@@ -310,6 +297,7 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
     import torch.distributed as dist
 
     from hpcbench.dist.worker import progress, rank_setup
+    from hpcbench.scale.regime import write_calibration
 
     rank = rank_setup(cfg, topo)
     device, sync, lead = rank.device, rank.sync, rank.lead
@@ -372,7 +360,8 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
                     calibration = calibrate_mode(cfg, base, spec, mode, topo, device, hier, batches, steer,
                                                  lead=lead, sync=sync)
                     if lead:
-                        write_calibration(writer, calibration, base_labels)
+                        # Labelled with the (model, mode) it was for.
+                        write_calibration(writer, calibration, BASELINE, labels=base_labels)
                 for s in runs:
                     s.timer = StepTimer(device, annotate=False)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 image_of, legend_below, lookup, ordered, present_stats, rank_in, stats_table,
-                                 text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                  image_of, legend_below, lookup, ordered, present_stats, rank_in, stats_table,
+                                  text_table)
 
 IO_FORMAT_ORDER = ("files", "hdf5", "tfrecord", "tar")
 _IO_COLUMNS = (("samples_per_s", "mean", 1.0, "samples/s"), ("mb_per_s", "mean", 1.0, "MB/s"),

@@ -12,9 +12,9 @@ import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C4_IDLE
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import Evidence, Judgement, launch_params
-from hpcbench.report.rulekit import Comparison, Level, judge_comparisons, judge_levels
-from hpcbench.report.verdict import Reference
+from hpcbench.judge.evidence import Evidence, Judgement, launch_params
+from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels
+from hpcbench.judge.verdict import Reference
 
 SMALL_FILES = "files"
 #: The container formats the guide names (tar is measured too, but the claim is about these).

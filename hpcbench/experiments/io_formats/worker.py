@@ -341,21 +341,15 @@ def _staging(cfg: IoFormatsConfig, io: IoRun, writer: RecordWriter, epoch_times:
         _resilience(cfg, dest, fmt, writer, latency_step, progress)
 
 
-def corrupt_shard(path: Path) -> None:
-    """Flip one byte in the middle of ``path`` (a bit rot the manifest's sha256 catches)."""
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 def _resilience(cfg: IoFormatsConfig, folder: Path, fmt: str, writer: RecordWriter, latency_step: int,
                 progress) -> None:
     from hpcbench.data.manifest import load_manifest
+    from hpcbench.fault.inject.data import corrupt_shard
 
     manifest, _ = load_manifest(folder)
     victims = [folder / s.path for s in manifest.shards[: cfg.corrupt_shards]]
     for path in victims:
-        corrupt_shard(path)
+        corrupt_shard(path, how="flip", at=0.5)  # one byte in the middle: a bit rot the manifest's sha256 catches
     ds = _open(folder, cfg)
     workers = max(cfg.workers)
     r = measure_epoch(ds, epoch=0, workers=workers, prefetch_factor=min(cfg.prefetch_factors),

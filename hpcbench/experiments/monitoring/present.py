@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.experiments.monitoring.summary import UTIL_HEALTHY_MIN
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 present_stats, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  present_stats, text_table)
 
 C6_COLUMNS = {"tcp_retransmission_rate_worst": "TCP retrans. worst", "storage_read_p99_worst": "read P99 worst (s)",
               "sm_activity_worst": "SM activity worst", "cpu_cache_hit_rate_worst": "cache hit worst"}

@@ -44,9 +44,9 @@ import pandas as pd
 from hpcbench.experiments.monitoring.config import NO_FAULT
 from hpcbench.experiments.monitoring.summary import UTIL_HEALTHY_MIN
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement
-from hpcbench.report.rulekit import in_group, launch_groups
-from hpcbench.report.verdict import CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, share_outcome
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
+from hpcbench.judge.rulekit import in_group, launch_groups
+from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, share_outcome
 
 #: A share of launches counts as "most" from here (both members' band edge).
 MAJORITY = 0.5

@@ -6,9 +6,10 @@ baseline ``none`` first):
 
 1. local rank 0 of every node starts the sampler (:class:`hpcbench.monitor.sampler.Sampler`)
    with the labels ``fault`` and ``node``, fed the node's read latencies;
-2. local rank 0 of the last node applies the fault (:mod:`hpcbench.cluster.node_faults`) to
-   its node: the link's tbf, the ranks' blkio cgroup, busy processes on the ranks' CPUs. A
-   fault that cannot be applied here is recorded ``fault_injected`` NaN with the reason;
+2. local rank 0 of the last node applies the fault (:mod:`hpcbench.fault.inject`, through its
+   :func:`~hpcbench.fault.inject.record.apply_and_record`) to its node: the link's tbf, the
+   ranks' blkio cgroup, busy processes on the ranks' CPUs. A fault that cannot be applied here
+   is recorded ``fault_injected`` NaN with the reason;
 3. every rank trains under DDP for ``phase_s`` (at least ``min_steps`` steps), each step
    reading its batch from the data set with the page cache dropped first, so every read
    reaches the disk; each read's time goes to the sampler's feed and to ``read_time``;
@@ -34,35 +35,17 @@ from hpcbench.experiments.monitoring.summary import RANK_UTILISATION
 
 def prepare_data(cfg: MonitoringConfig, out_dir: str | os.PathLike) -> str:
     """The task's weather data set (``out_dir/data``), made once, flushed to the disk."""
-    return prepare_weather_data(out_dir, cfg.model, seed=cfg.seed, command="hpcbench monitoring (generated for the task)")
+    from hpcbench.models import MODELS
+
+    spec = MODELS.get(cfg.model)
+    return prepare_weather_data(out_dir, channels=spec.channels, grid=spec.grid, seed=cfg.seed,
+                                command="hpcbench monitoring (generated for the task)")
 
 
 def launch_monitoring(task: Any):
     """Make the data set in the driver, then run :func:`run_worker` on the task's ranks."""
     prepare_data(task.config, task.out_dir)
     return task.launch(run_worker)
-
-
-def make_fault(name: str, cfg: MonitoringConfig, node: str, pids: list[int], data: Path):
-    """The fault ``name`` on ``node`` (a context manager), or the reason it cannot be applied here (str)."""
-    from hpcbench.cluster import node_faults as nf
-
-    try:
-        if name in ("slow_link", "lossy_link"):
-            cluster = nf.cluster_of()
-            if cluster is None:
-                return ("no emulated cluster (SLURM_CONF's folder holds no cluster.json): the nodes share one "
-                        "loopback, there is no node link to degrade")
-            queue = cfg.lossy_queue_bytes if name == "lossy_link" else None
-            return nf.DegradedLink(nf.node_link(cluster, node), cfg.slow_link_rate, queue_bytes=queue)
-        if name == "slow_storage":
-            shard = next(iter(sorted(data.glob("*.h5"))))
-            return nf.SlowStorage(node, pids, shard, read_bps=cfg.storage_read_bps, read_iops=cfg.storage_read_iops)
-        if name == "cpu_contention":
-            return nf.CpuContention(node, pids, per_cpu=cfg.contention_per_cpu)
-    except (nf.NodeFaultError, OSError) as exc:
-        return str(exc)
-    raise ValueError(f"unknown fault {name!r}")
 
 
 #: Nice value of the sampler process where allowed (root): a monitoring agent must keep its 1 Hz on a
@@ -115,47 +98,13 @@ def _record_alerts(cfg: MonitoringConfig, writer: RecordWriter, samples: Path, n
                                                                f"{cfg.sustain} samples in a row")
 
 
-@contextlib.contextmanager
-def _fault_on(name: str, cfg: MonitoringConfig, writer: RecordWriter, node: str, pids: list[int], data: Path,
-              injector: bool) -> Iterator[None]:
-    """The fault on this node while the phase trains (the injector only); what it did is recorded."""
-    labels = {"fault": name, "node": node}
-    if not injector:
-        yield
-        return
-    if name == NO_FAULT:
-        writer.add("fault_injected", None, "bool", labels=labels, text="baseline: no fault")
-        yield
-        return
-    fault = make_fault(name, cfg, node, pids, data)
-    if isinstance(fault, str):
-        writer.add("fault_injected", None, "bool", labels=labels, text=f"not injected: {fault}")
-        yield
-        return
-    try:
-        fault.__enter__()
-    except Exception as exc:  # noqa: BLE001 - a fault that cannot be applied is a recorded fact, not a crash
-        writer.add("fault_injected", None, "bool", labels=labels, text=f"not injected: {type(exc).__name__}: {exc}")
-        yield
-        return
-    try:
-        yield
-    finally:
-        fault.__exit__(None, None, None)
-        writer.add("fault_injected", 1.0, "bool", labels=labels, text=fault.log.describe())
-        sent = getattr(fault, "sent", None)
-        if sent:
-            writer.add("fault_tcp_retransmitted", fault.retransmitted / sent, "fraction", labels=labels,
-                       text=f"{fault.retransmitted:g} of {sent:g} segments retransmitted in the node's namespace "
-                            f"while the fault was on (/proc/net/snmp)")
-
-
 def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> None:
     """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
     import torch
     import torch.distributed as dist
 
     from hpcbench.dist.worker import progress, rank_setup
+    from hpcbench.fault.inject import FaultSite, node_fault_for_phase
     from hpcbench.models import MODELS
     from hpcbench.monitor.sources.storage import ReadLatencyFeed
     from hpcbench.parallel.modes import parallelize
@@ -190,7 +139,9 @@ def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> N
         for fault in cfg.faults:
             labels = {"fault": fault, "node": node, "faulty_node": node == target}
             dist.barrier()
-            with _fault_on(fault, cfg, writer, node, target_pids, data, node_lead and node == target):
+            site = FaultSite(node, target_pids, data, cfg)
+            with (node_fault_for_phase(fault, site, writer, {"fault": fault, "node": node}, baseline=NO_FAULT)
+                  if node_lead and node == target else contextlib.nullcontext()):
                 dist.barrier()
                 window_start = time.time()
                 for _ in range(cfg.warmup_steps):

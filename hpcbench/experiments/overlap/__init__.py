@@ -1,14 +1,12 @@
 """Experiment ``overlap``: gradient accumulation under DDP's no_sync(), synchronising once per k micro-steps (C9)."""
 
-from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import BREAKDOWN_STEPS
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.experiments import Estimate, Experiment, distributed_resources, register
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
 from hpcbench.experiments.overlap.present import present_overlap
 from hpcbench.experiments.overlap.rules import RULES
 from hpcbench.experiments.overlap.summary import summarize
-from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
+from hpcbench.experiments.training_estimate import Training, training_estimate
 
 #: float32 copies of the parameters per DDP model (weights, gradients, DDP's bucket); SGD without
 #: momentum keeps no state.
@@ -29,9 +27,6 @@ def estimate(cfg: OverlapExperimentConfig) -> Estimate:
     steps x k, the check's k micro-steps and its big step (counted as k more), and the loss run's
     loss_samples / b.
     """
-    gpu = cfg.backend == "nccl"
-    speed = GPU_SPEED if gpu else CPU_SPEED
-    ranks = cfg.nodes * cfg.ranks_per_node
     kmax = max(cfg.micro_steps)
     copies = state_copies(cfg)
     micro_steps = 0
@@ -39,26 +34,10 @@ def estimate(cfg: OverlapExperimentConfig) -> Estimate:
         micro_steps += (2 * (cfg.warmup_steps + cfg.steps) + BREAKDOWN_STEPS) * k
         if cfg.check:
             micro_steps += 2 * k * (k > 1) + cfg.loss_samples // cfg.batch_size
-    peak, seconds, unknown = 0, TASK_STARTUP_S, []
-    for name in cfg.models:
-        need = training_memory(name, samples=kmax * cfg.batch_size, image_size=32, seq_len=cfg.seq_len,
-                               state_copies=copies)
-        step = training_step_seconds(name, samples=cfg.batch_size, image_size=32, seq_len=cfg.seq_len, ranks=ranks,
-                                     speed=speed)
-        if need is None or step is None:
-            unknown.append(name)
-            continue
-        peak = max(peak, need)
-        seconds += micro_steps * step
-    basis = (f"{copies} float32 copies of the largest model's parameters + 2x its layer outputs for a batch "
-             f"of {kmax} x {cfg.batch_size}: {approx_bytes(peak)} per rank {'on the GPU' if gpu else 'in host memory'}"
-             f", + {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task; "
-             f"{micro_steps} micro-steps per model")
-    if unknown:
-        basis += f"; no footprint for {', '.join(unknown)}: not counted"
-    return Estimate(memory_per_rank=RANK_BYTES + (0 if gpu else peak), ranks=ranks,
-                    seconds=None if unknown else seconds,
-                    device_memory_per_rank=peak if gpu else 0, basis=basis)
+    return training_estimate(cfg, [Training(name, cfg.batch_size, copies, micro_steps, seq_len=cfg.seq_len,
+                                            peak_samples=kmax * cfg.batch_size) for name in cfg.models],
+                             f"{copies} float32 copies of the largest model's parameters + 2x its layer outputs for a "
+                             f"batch of {kmax} x {cfg.batch_size}", f"; {micro_steps} micro-steps per model")
 
 
 #: Toy size (``hpcbench run overlap --toy``): two steps of each micro-step count, a 2-sample loss check.

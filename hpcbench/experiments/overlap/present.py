@@ -6,8 +6,8 @@ import pandas as pd
 
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.overlap.summary import SUMMARY_KEYS, series_name
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                 ordered, pick, image_of, present_stats, slug, source_variants, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
+                                  image_of, ordered, pick, present_stats, slug, source_variants, text_table)
 
 #: Summary column -> table heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"throughput_total_p50": "samples/s p50 (total)", "step_p50_ms": "step p50 (ms)",

@@ -20,7 +20,7 @@ it works as described.
   worth doing and that launch-to-launch noise of a few % does not produce.
 
 Works as described if every model gains; does not if any model's interval lies below 1.05x.
-Applicability, from recorded facts only (:func:`~hpcbench.report.rulekit.slow_link_problem`): the
+Applicability, from recorded facts only (:func:`~hpcbench.judge.rulekit.slow_link_problem`): the
 claim is about saving synchronisations over the inter-node link, so it needs one — the emulated
 cluster's shaped link or SLURM with nodes >= 2; one node or emulated nodes on one loopback are
 inconclusive whatever the values. Fewer than 5 launches x 10 steps: inconclusive (n = ...).
@@ -36,9 +36,9 @@ import pandas as pd
 from hpcbench.core.facts import GUIDE_C9_MICRO_STEPS
 from hpcbench.experiments.overlap.config import BASELINE_MICRO_STEPS
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import Evidence, Judgement
-from hpcbench.report.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.report.verdict import Reference
+from hpcbench.judge.evidence import Evidence, Judgement
+from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.verdict import Reference
 
 #: Samples/s of k=4 with no_sync() over k=1 must gain at least this much (our bound).
 C9_MIN_GAIN = 1.05

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.experiments.practice.config import NO_FAULT
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 present_stats, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  present_stats, text_table)
 
 GATE_COLUMNS = {"step_time_cv": "step-time std/mean", "comm_share": "comm share", "read_p99_s": "read P99 (s)"}
 

@@ -52,9 +52,9 @@ import pandas as pd
 
 from hpcbench.experiments.practice.config import NO_FAULT
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement
-from hpcbench.report.rulekit import in_group, launch_groups
-from hpcbench.report.verdict import CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, Outcome, Reference, combine, share_outcome
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
+from hpcbench.judge.rulekit import in_group, launch_groups
+from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, Outcome, Reference, combine, share_outcome
 
 #: The guide's figure: the share of common problems the gate avoids (C12, "avoids 90 %").
 GUIDE_C12_PROBLEMS_AVOIDED = 0.90

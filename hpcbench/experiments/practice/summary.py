@@ -24,7 +24,7 @@ from typing import Any
 from hpcbench.core.results import expand_labels
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.practice.config import NO_FAULT, PracticeConfig
-from hpcbench.report.ledger import launch_params
+from hpcbench.judge.evidence import launch_params
 
 EXPERIMENT = "practice"
 #: The rows the summary reads (the gate reads step_time, comm_time and read_time among them).

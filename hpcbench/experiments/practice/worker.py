@@ -4,11 +4,13 @@
 task's folder, then :func:`run_worker` runs on every rank. Per phase (``cfg.faults``, the
 baseline ``none`` first):
 
-1. the fault goes on (:mod:`hpcbench.experiments.practice.faults`): local rank 0 of the last
-   node applies its node part (a link's tbf or flaps, a blkio or cpu cgroup, busy or
-   thread-hungry processes), every rank of that node its rank part (its own threads). A part
-   that cannot be applied here is recorded (``fault_injected`` / ``fault_rank_part`` without a
-   value) with the reason;
+1. the fault goes on (:mod:`hpcbench.experiments.practice.faults`, made by
+   :mod:`hpcbench.fault.inject` and applied with its
+   :func:`~hpcbench.fault.inject.record.apply_and_record`): local rank 0 of the last node
+   applies its node part (a link's tbf or flaps, a blkio or cpu cgroup, busy or thread-hungry
+   processes), every rank of that node its rank part (its own threads). A part that cannot be
+   applied here is recorded (``fault_injected`` / ``fault_rank_part`` without a value) with the
+   reason;
 2. every rank trains under DDP for ``phase_s`` (at least ``min_steps`` steps), each step
    reading its batch from the data set with the page cache dropped first, so every read
    reaches the disk; each step is split by :class:`~hpcbench.diag.step_breakdown.StepTimer`;
@@ -21,10 +23,10 @@ baseline ``none`` first):
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from typing import Any, Iterator
+from contextlib import nullcontext
+from typing import Any
 
 from hpcbench.core.results import RecordWriter
 from hpcbench.data.readers.cold_batches import ColdWeatherBatches, data_folder_of, prepare_weather_data
@@ -34,81 +36,17 @@ from hpcbench.experiments.practice.config import NO_FAULT, PracticeConfig
 
 def prepare_data(cfg: PracticeConfig, out_dir: str | os.PathLike) -> str:
     """The task's weather data set (``out_dir/data``), made once, flushed to the disk."""
-    return prepare_weather_data(out_dir, cfg.model, seed=cfg.seed, command="hpcbench practice (generated for the task)")
+    from hpcbench.models import MODELS
+
+    spec = MODELS.get(cfg.model)
+    return prepare_weather_data(out_dir, channels=spec.channels, grid=spec.grid, seed=cfg.seed,
+                                command="hpcbench practice (generated for the task)")
 
 
 def launch_practice(task: Any):
     """Make the data set in the driver, then run :func:`run_worker` on the task's ranks."""
     prepare_data(task.config, task.out_dir)
     return task.launch(run_worker)
-
-
-@contextlib.contextmanager
-def _node_part(name: str, writer: RecordWriter, site, injector: bool) -> Iterator[None]:
-    """The fault's node part while the phase trains (the injector only); what it did, or why not, is recorded."""
-    from hpcbench.experiments.practice.faults import make_node_fault
-
-    labels = {"fault": name, "node": site.node}
-    if not injector:
-        yield
-        return
-    if name == NO_FAULT:
-        writer.add("fault_injected", None, "bool", labels=labels, text="baseline: no fault")
-        yield
-        return
-    fault = make_node_fault(name, site)
-    if fault is None:
-        writer.add("fault_injected", 1.0, "bool", labels=labels, text=f"{name}: no node part (the ranks' own)")
-        yield
-        return
-    if isinstance(fault, str):
-        writer.add("fault_injected", None, "bool", labels=labels, text=f"not injected: {fault}")
-        yield
-        return
-    try:
-        fault.__enter__()
-    except Exception as exc:  # noqa: BLE001 - a fault that cannot be applied is a recorded fact, not a crash
-        writer.add("fault_injected", None, "bool", labels=labels, text=f"not injected: {type(exc).__name__}: {exc}")
-        yield
-        return
-    try:
-        yield
-    finally:
-        try:
-            fault.__exit__(None, None, None)
-        finally:
-            writer.add("fault_injected", 1.0 if fault.log.undone else None, "bool", labels=labels,
-                       text=fault.log.describe())
-        sent = getattr(fault, "sent", None)
-        if sent:
-            writer.add("fault_tcp_retransmitted", fault.retransmitted / sent, "fraction", labels=labels,
-                       text=f"{fault.retransmitted:g} of {sent:g} segments retransmitted in the node's namespace "
-                            f"while the fault was on (/proc/net/snmp)")
-
-
-@contextlib.contextmanager
-def _rank_part(name: str, cfg: PracticeConfig, writer: RecordWriter, node: str, on_faulty_node: bool
-               ) -> Iterator[None]:
-    """The fault's rank part, on every rank of the faulty node that has one; recorded as ``fault_rank_part``."""
-    from hpcbench.experiments.practice.faults import FAULT_KINDS
-
-    kind = FAULT_KINDS.get(name) if name != NO_FAULT else None
-    if kind is None or kind.rank_part is None or not on_faulty_node:
-        yield
-        return
-    labels = {"fault": name, "node": node}
-    try:
-        part = kind.rank_part(cfg)
-        what = part.__enter__()
-    except Exception as exc:  # noqa: BLE001 - recorded, the phase runs without it
-        writer.add("fault_rank_part", None, "bool", labels=labels, text=f"not applied: {type(exc).__name__}: {exc}")
-        yield
-        return
-    try:
-        yield
-    finally:
-        part.__exit__(None, None, None)
-        writer.add("fault_rank_part", 1.0, "bool", labels=labels, text=f"{what}; undone")
 
 
 def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> None:
@@ -118,7 +56,7 @@ def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> Non
 
     from hpcbench.diag.step_breakdown import STEP, StepTimer
     from hpcbench.dist.worker import progress, rank_setup
-    from hpcbench.experiments.practice.faults import FaultSite
+    from hpcbench.fault.inject import FaultSite, node_fault_for_phase, rank_part_for_phase
     from hpcbench.models import MODELS
     from hpcbench.parallel.modes import parallelize
 
@@ -127,7 +65,7 @@ def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> Non
     ranks = gather_node_pids(topo)
     target = ranks[-1][0]                                   # the last node gets the faults
     node = topo.node_name
-    site = FaultSite(cfg, target, [pid for n, pid in ranks if n == target], data_folder_of(writer.path))
+    site = FaultSite(target, [pid for n, pid in ranks if n == target], data_folder_of(writer.path), cfg)
     injector = node == target and topo.local_rank == 0
     if rank.lead:
         writer.add("topology", None, "", text=topo.describe(),
@@ -157,7 +95,11 @@ def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> Non
     for fault in cfg.faults:
         labels = {"fault": fault}
         dist.barrier()
-        with _node_part(fault, writer, site, injector), _rank_part(fault, cfg, writer, node, node == target):
+        on = {"fault": fault, "node": target}
+        node_part = node_fault_for_phase(fault, site, writer, on, baseline=NO_FAULT) if injector else nullcontext()
+        rank_part = (rank_part_for_phase(fault, cfg, writer, on, baseline=NO_FAULT) if node == target
+                     else nullcontext())
+        with node_part, rank_part:
             dist.barrier()
             for _ in range(cfg.warmup_steps):
                 step()

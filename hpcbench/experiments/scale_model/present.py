@@ -8,8 +8,8 @@ import pandas as pd
 
 from hpcbench.experiments.scale_model.rules import pct
 from hpcbench.experiments.scale_model.summary import TOLERANCE
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 present_stats, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  present_stats, text_table)
 
 KEYS = ["source", "variant", "link_rate"]
 

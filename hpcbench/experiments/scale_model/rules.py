@@ -23,13 +23,13 @@ the guide's setting below 40 %. Fixed here before any value was looked at.
   value per shaped phase; a launch contributes the median over its phases).
 
 **The quantity**: the predicted busy share ("GPU utilisation", :attr:`Prediction.busy_share`) at
-1 and at 8 NICs per node, each over launches with :func:`hpcbench.report.verdict.single_value`
+1 and at 8 NICs per node, each over launches with :func:`hpcbench.judge.verdict.single_value`
 (95 % interval, Bonferroni across strict launch groups) against at most 0.40
 (:data:`C1_REFERENCE`). **Outcome** (internally the ledger's three values): consistent with the
 model (``reproduced``) when both NIC counts put the whole interval below 0.40; inconsistent
 (``not reproduced``) when both put it above; ``inconclusive`` when the two NIC counts disagree
 (the guide's setting does not fix the input that decides: the reason names both values), when an
-interval straddles 0.40, with fewer than :data:`~hpcbench.report.verdict.MIN_LAUNCHES` launches,
+interval straddles 0.40, with fewer than :data:`~hpcbench.judge.verdict.MIN_LAUNCHES` launches,
 or without a shaped link (a phase outside the emulated cluster has no line rate to compare with).
 A phase whose inter-node fit is poor (r2 < :data:`C1_MIN_R2`) is left out and named.
 
@@ -53,10 +53,10 @@ import pandas as pd
 
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement
-from hpcbench.report.rulekit import in_group, launch_groups
-from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference, judge,
-                                     single_value)
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
+from hpcbench.judge.rulekit import in_group, launch_groups
+from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference, judge,
+                                    single_value)
 from hpcbench.scale.guide_scale import ModelText
 from hpcbench.scale.platforms import LinkModel, Platform, get_platform
 from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Prediction, predict_c1, predict_step,

@@ -87,7 +87,7 @@ def launch_scale_model(task: Any) -> list[Any]:
     """
     from hpcbench.cluster.network import parse_rate
     from hpcbench.cluster.link_phase import reshape_from_host
-    from hpcbench.cluster.node_faults import cluster_of
+    from hpcbench.cluster.locate import cluster_of
 
     cfg: ScaleModelConfig = task.config
     cluster = cluster_of()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.experiments.scaling.summary import SUMMARY_KEYS
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 present_stats, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  present_stats, text_table)
 
 #: Summary column -> table heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"throughput_p50": "throughput p50 (total)", "per_node_p50": "per node p50", "efficiency": "efficiency",

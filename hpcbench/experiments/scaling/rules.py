@@ -7,7 +7,7 @@ the gate (C12) the guide puts before each step out: **a configuration that passe
 a small scale keeps scaling at the next, and one that fails it would not**. So, per stage
 ``k > 1``, the per-node weak-scaling efficiency (per-node throughput at ``k`` nodes over that at
 1 node, same per-rank batch, paired per launch: both stages run in the same launch), as a
-ratio with its 95 % interval over launches (:func:`~hpcbench.report.verdict.paired_comparison`),
+ratio with its 95 % interval over launches (:func:`~hpcbench.judge.verdict.paired_comparison`),
 Holm-corrected across stages:
 
 * **cleared stages** (every earlier stage's gate passed, so the procedure steps out to ``k``):
@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from hpcbench.core.facts import EMULATED_CLUSTER
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import Evidence, Judgement, launch_params
-from hpcbench.report.rulekit import Comparison, judge_comparisons
-from hpcbench.report.verdict import Reference
-from hpcbench.system.facts import EMULATED_CLUSTER
+from hpcbench.judge.evidence import Evidence, Judgement, launch_params
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
+from hpcbench.judge.verdict import Reference
 
 #: Per-node weak-scaling efficiency that counts as "keeps scaling" (our bound; see the module docstring).
 C13_MIN_EFFICIENCY = 0.8

@@ -11,8 +11,8 @@ from hpcbench.core.units import format_bytes
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.weather_case.plot import draw_speedups, speedup_frame
 from hpcbench.experiments.weather_case.stages import STAGE_ORDER
-from hpcbench.report.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                 present_stats, source_variants, text_table)
+from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
+                                  present_stats, source_variants, text_table)
 
 #: Columns pooled over launches as the median of the per-launch values.
 MEDIAN_COLUMNS = ("micro_step_p50_ms", "busy_share_p50", "bytes_across_nodes", "loss_vs_original")

@@ -20,7 +20,7 @@ sample, as "the step got faster" must when one stage's step holds four times the
 
 **The bands, fixed in advance** (ReFrame's ``(value, lower, upper)``): lower = 1 + 0.8 x the guide's
 gain — 1.28x for level 1, 2.75x for level 2 — and no upper bound. The same standard as C2 and C3
-(:data:`hpcbench.report.verdict.GAIN_SHARE`): a gain of at least 80 % of the claimed one supports
+(:data:`hpcbench.judge.verdict.GAIN_SHARE`): a gain of at least 80 % of the claimed one supports
 the claim; "faster than the guide" is no failure of "made it faster". Why not 0.8 x the ratio: for
 level 1 that is 1.08x, so 23 % of the claimed gain would count as reproducing it. Both levels must
 be reproduced for C7 to be; either one not reproduced makes C7 not reproduced; a level with no
@@ -32,7 +32,7 @@ learned) or whose ranks ended with different parameters is dropped and named; fe
 launches of 10 steps -> inconclusive (n = ...).
 
 **Applicability, from recorded facts**, asked before any value is read:
-:func:`~hpcbench.report.rulekit.slow_link_problem` — the techniques spare an inter-node link, so
+:func:`~hpcbench.judge.rulekit.slow_link_problem` — the techniques spare an inter-node link, so
 the claim applies only where one exists (the emulated cluster's shaped link, or real nodes).
 
 **The regime (dynamic similarity), from recorded facts, stated before any launch was run.** The
@@ -65,9 +65,9 @@ from hpcbench.core.facts import GUIDE_C7_SPEEDUP, GUIDE_C7_STEP_MS, GUIDE_C7_UTI
 from hpcbench.experiments.weather_case.config import GUIDE_REGIME
 from hpcbench.experiments.weather_case.stages import BASELINE
 from hpcbench.guide.claims import Claim
-from hpcbench.report.ledger import Evidence, Judgement
-from hpcbench.report.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.report.verdict import INCONCLUSIVE, NOT_REPRODUCED, gain_reference
+from hpcbench.judge.evidence import Evidence, Judgement
+from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.verdict import INCONCLUSIVE, NOT_REPRODUCED, gain_reference
 from hpcbench.scale.regime import FACT_RATE, key_launches_by_regime, regime_applies, with_measured_busy
 
 _ORIGINAL, _COMM, _FULL = GUIDE_C7_STEP_MS

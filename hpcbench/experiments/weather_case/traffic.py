@@ -25,10 +25,7 @@ bytes are not counted. With one node nothing leaves it.
 
 from __future__ import annotations
 
-
-def ring_bytes_per_edge(nbytes: float, ranks: int) -> float:
-    """Bytes a bandwidth-optimal ring all-reduce of ``nbytes`` sends over each ring edge: 2 (N-1)/N x S."""
-    return 2.0 * (ranks - 1) / ranks * nbytes if ranks > 1 else 0.0
+from hpcbench.core.metrics import allreduce_bytes_sent
 
 
 def padded(numel_bytes: int, parts: int, element_size: int = 4) -> int:
@@ -41,14 +38,14 @@ def flat_node_bytes(sync_bytes: float, nodes: int, ranks_per_node: int) -> float
     """Bytes leaving one node for one flat ring all-reduce of ``sync_bytes``."""
     if nodes < 2:
         return 0.0
-    return ring_bytes_per_edge(sync_bytes, nodes * ranks_per_node)
+    return allreduce_bytes_sent(sync_bytes, nodes * ranks_per_node)
 
 
 def hierarchical_node_bytes(sync_bytes: int, nodes: int, ranks_per_node: int) -> float:
     """Bytes leaving one node for one hierarchical reduction of ``sync_bytes`` (float32 buckets)."""
     if nodes < 2:
         return 0.0
-    return ring_bytes_per_edge(padded(int(sync_bytes), ranks_per_node), nodes)
+    return allreduce_bytes_sent(padded(int(sync_bytes), ranks_per_node), nodes)
 
 
 def compressed_node_bytes(compressed_sent: float, plain_sent: float, *, hierarchical: bool, nodes: int,

@@ -59,7 +59,8 @@ from hpcbench.experiments.weather_case.config import GUIDE_REGIME, WeatherCaseCo
 from hpcbench.experiments.weather_case.stages import BASELINE, STAGES, Stage
 from hpcbench.experiments.weather_case.traffic import (compressed_node_bytes, flat_node_bytes,
                                                        hierarchical_node_bytes)
-from hpcbench.scale.regime import Calibration, busy_share, calibrate_on_ranks, regime_facts
+from hpcbench.scale.regime import (Calibration, busy_share, calibrate_on_ranks, judged_rate_bps, regime_facts,
+                                   write_calibration)
 from hpcbench.system.facts import write_facts
 
 #: Held-out pairs per rank on which each stage's final loss is evaluated (after its training samples).
@@ -272,7 +273,6 @@ def calibrate_regime(cfg: WeatherCaseConfig, fns: dict[str, Any], steer: Steered
     solves; the links are left at the solved rate
     (:func:`hpcbench.scale.regime.calibrate_on_ranks`).
     """
-    from hpcbench.cluster.network import parse_rate
     from hpcbench.dist.worker import progress
     from hpcbench.parallel.overlap import interleaved_step_times
 
@@ -280,14 +280,10 @@ def calibrate_regime(cfg: WeatherCaseConfig, fns: dict[str, Any], steer: Steered
 
     def measure() -> float:
         t = interleaved_step_times(pair, device=device, steps=cfg.calibration_steps, warmup=1, sync=sync)
-        busy = busy_share(t[BASELINE], t[f"{BASELINE}/noop"])
-        progress(f"calibration: {BASELINE} {busy:.0%} busy at {steer.current}")
-        return busy
+        return busy_share(t[BASELINE], t[f"{BASELINE}/noop"])
 
-    found = calibrate_on_ranks(steer, measure, [parse_rate(r) for r in cfg.calibration_rates],
-                               GUIDE_REGIME.target_busy, lead=lead, device=device)
-    progress(found.describe())
-    return found
+    return calibrate_on_ranks(steer, measure, cfg.calibration_rates, GUIDE_REGIME.target_busy, lead=lead,
+                              device=device, baseline=BASELINE, progress=progress)
 
 
 def write_regime(writer: RecordWriter, calibration: Calibration, steer: SteeredLink,
@@ -296,17 +292,10 @@ def write_regime(writer: RecordWriter, calibration: Calibration, steer: SteeredL
 
     ``judged_at``: the link rate the judged steps ran at, read before the link was put back.
     """
-    from hpcbench.cluster.network import parse_rate
-
-    for p in calibration.points:
-        writer.add("regime_calibration_busy", p.busy, "fraction", labels={"link_rate_bps": p.link_rate_bps},
-                   text=f"{BASELINE}'s busy share at {p.link_rate_bps / 1e6:g} Mbit/s (calibration)")
     reached = busy_share(times[BASELINE], times[f"{BASELINE}/noop"])
-    shaped = steer.can_shape and calibration.fit is not None
-    rate = parse_rate(judged_at) if shaped and judged_at else None
-    writer.add("regime_calibration", None, "", text=calibration.describe()
-               + f"; judged steps: {BASELINE} {reached:.0%} busy (the guide's {GUIDE_REGIME.target_busy:.0%})")
-    write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, rate))
+    write_calibration(writer, calibration, BASELINE, judged_busy=reached, target_busy=GUIDE_REGIME.target_busy)
+    write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached,
+                                     judged_rate_bps(steer, calibration, judged_at)))
 
 
 # -- the experiment -----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 ``tcp_retransmission_rate`` = delta ``RetransSegs`` / delta ``OutSegs`` over the interval.
 Linux counts ``OutSegs`` without retransmitted segments (RFC 1213 tcpOutSegs), so this is
-retransmitted per newly sent segment. The file belongs to the network namespace of the
+retransmitted per newly sent segment (the file is read by :mod:`hpcbench.core.snmp`,
+which the link faults share). The file belongs to the network namespace of the
 process that reads it: on the emulated cluster each node's namespace has its own, so a
 degraded link on one node shows on that node only.
 """
@@ -12,32 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
+from hpcbench.core.snmp import read_snmp, tcp_segments
 from hpcbench.monitor.sources import Sample, Source
-
-
-def parse_snmp(text: str) -> dict[str, dict[str, float]]:
-    """``/proc/net/snmp``'s text as ``{"Tcp": {"OutSegs": ..., ...}, "Udp": {...}}`` (header line, value line)."""
-    tables: dict[str, dict[str, float]] = {}
-    header: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        proto, _, rest = line.partition(":")
-        fields = rest.split()
-        if proto not in header:
-            header[proto] = fields
-            continue
-        values = {}
-        for key, value in zip(header[proto], fields):
-            try:
-                values[key] = float(value)
-            except ValueError:
-                continue
-        tables[proto] = values
-    return tables
-
-
-def read_snmp(path: str | Path) -> dict[str, dict[str, float]]:
-    """:func:`parse_snmp` of the file at ``path``."""
-    return parse_snmp(Path(path).read_text())
 
 
 class TcpSource(Source):
@@ -56,16 +33,18 @@ class TcpSource(Source):
 
     def available(self) -> str | None:
         try:
-            tcp = read_snmp(self.path).get("Tcp", {})
+            segments = tcp_segments(read_snmp(self.path))
         except OSError as exc:
             return f"cannot read {self.path}: {exc.strerror}"
-        if "OutSegs" not in tcp or "RetransSegs" not in tcp:
+        if segments is None:
             return f"{self.path} has no Tcp OutSegs/RetransSegs"
         return None
 
     def _read(self) -> Iterable[Sample]:
-        tcp = read_snmp(self.path)["Tcp"]
-        got = self._deltas(("tcp",), {"OutSegs": tcp["OutSegs"], "RetransSegs": tcp["RetransSegs"]}, self.clock())
+        segments = tcp_segments(read_snmp(self.path))
+        if segments is None:
+            return
+        got = self._deltas(("tcp",), segments, self.clock())
         if got is None:
             return
         d, dt = got

@@ -31,6 +31,7 @@ from string import Template
 from typing import Any
 
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.core.paths import TEMPLATES_ENV, templates_dir
 from hpcbench.experiments import EXPERIMENTS
 from hpcbench.fault.retry import RetryPolicy, job_failure_reason, repair, repair_targets
 from hpcbench.run.backends.base import Backend, RunContext
@@ -38,7 +39,6 @@ from hpcbench.run.rundir import (TaskStatus, now, read_status, set_aside_attempt
                                  write_status)
 from hpcbench.run.suite import TaskSpec
 
-TEMPLATES_ENV = "HPCBENCH_SLURM_TEMPLATES"
 CLIENT_TIMEOUT_S = 60
 #: sbatch options a user may set per run; values are checked, never shell-evaluated.
 SBATCH_OPTIONS = ("partition", "account", "time", "gres", "cpus_per_task", "qos", "constraint")
@@ -51,11 +51,6 @@ CANCEL_WAIT_S = 60.0
 
 class SlurmError(HpcbenchError):
     """A SLURM command failed or SLURM is not reachable; names the command and its answer."""
-
-
-def templates_dir() -> Path:
-    env = os.environ.get(TEMPLATES_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "slurm"
 
 
 def render_template(name: str, values: dict[str, str]) -> str:

@@ -1,6 +1,6 @@
 """Asynchronous light checkpoints against synchronous ones: the training stall per save, side by side.
 
-Run: ``python -m hpcbench.bench.checkpoint_stall [--model gpt2_small] [--saves 10] [--root DIR]``
+Run: ``python -m hpcbench.experiments.fault_tolerance.bench [--model gpt2_small] [--saves 10] [--root DIR]``
 
 One model trains AdamW steps on synthetic inputs; every ``--steps-between`` steps its light
 state (model, optimizer, progress: :func:`hpcbench.fault.state.capture_light`) is saved, in
@@ -23,18 +23,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import tempfile
 from pathlib import Path
 
 import torch
 
 from hpcbench.core.results import RecordContext, RecordWriter
+from hpcbench.data.scratch import disk_scratch
 from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
 from hpcbench.experiments.fault_tolerance.worker import TIMED_STEPS, WARMUP_STEPS, build_training, measure_stall
 
 STALL_SHARE_TARGET = 0.05
+#: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
+TOY_ARGS = ["--model", "gpt2_tiny", "--saves", "2", "--steps-between", "1", "--batch-size", "1"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,13 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = FaultToleranceConfig.from_dict({"models": [args.model], "dtypes": [args.dtype], "zstd_level": args.level,
                                           "repeats": args.saves, "steps_between_saves": args.steps_between,
                                           "batch_size": args.batch_size})
-    if args.root:
-        root = Path(args.root)
-        root.mkdir(parents=True, exist_ok=True)
-    else:
-        Path("results").mkdir(exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix="bench-checkpoint-stall-", dir="results"))
-    try:
+    with disk_scratch(args.root, "bench-checkpoint-stall-") as root:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         tr = build_training(cfg, args.model, args.dtype, device)
         tr.train(WARMUP_STEPS)
@@ -87,9 +82,6 @@ def main(argv: list[str] | None = None) -> int:
                                                    "state_mb": state_mb, "step_s": step_s, **stalls,
                                                    "sync_p50_s": sync, "async_p50_s": asyn, "share": share,
                                                    "target": STALL_SHARE_TARGET}, indent=1))
-    finally:
-        if not args.root:
-            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Storage formats side by side: shards against small files, and against the disk's own limit.
 
-Run: ``python -m hpcbench.bench.io_formats [--images 2000] [--workers 2] [--root DIR]``
+Run: ``python -m hpcbench.experiments.io_formats.bench [--images 2000] [--workers 2] [--root DIR]``
 
 One data set (default 2,000 ImageNet-like JPEGs, ~110 KB mean) stored as small files and as
 HDF5, TFRecord and tar shards (``--shard-size``). Every epoch starts with the data set's files
@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +43,7 @@ from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
 from hpcbench.data.page_cache import evict
 from hpcbench.data.readers import loader_options, open_dataset
+from hpcbench.data.scratch import disk_scratch
 from hpcbench.data.writers import convert
 from hpcbench.experiments.io_formats.worker import measure_epoch
 
@@ -55,6 +54,10 @@ MODES = {"storage": dict(decode=False, verify="size"),
 PATHS = ("per-sample", "batched")
 SPEEDUP_TARGET = 3.0
 DISK_SHARE_TARGET = 0.60
+#: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
+#: One mode: the others differ only in the reader's options, and each mode starts a worker per format and path.
+TOY_ARGS = ["--images", "24", "--classes", "2", "--workers", "1", "--batch-size", "8", "--shard-size", "200K",
+            "--rounds", "1", "--modes", "storage"]
 
 
 def prepare(root: Path, images: int, classes: int, shard_bytes: int) -> dict[str, Path]:
@@ -114,14 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
 
-    if args.root:
-        root = Path(args.root)
-        root.mkdir(parents=True, exist_ok=True)
-    else:
-        # On this disk, not /tmp: /tmp may be a tmpfs, where "cold cache" means nothing.
-        Path("results").mkdir(exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix="bench-io-formats-", dir="results"))
-    try:
+    with disk_scratch(args.root, "bench-io-formats-") as root:
         folders = prepare(root, args.images, args.classes, parse_bytes(args.shard_size))
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         paths = [p.strip() for p in args.paths.split(",") if p.strip()]
@@ -222,9 +218,6 @@ def main(argv: list[str] | None = None) -> int:
                            share_of_sequential=share)
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=1))
-    finally:
-        if not args.root:
-            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

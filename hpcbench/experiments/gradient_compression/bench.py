@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.bench.compression [--link-rate 200mbit] [--model weather_small] [--steps 12]
+    python -m hpcbench.experiments.gradient_compression.bench [--link-rate 200mbit] [--model weather_small] [--steps 12]
 
 One ``gradient_compression`` task, 2 nodes x 2 ranks, runs through the SLURM backend: ``none`` (float32
 all-reduce), ``fp16`` and ``quant2bit`` train the same model on the same batches, all in the same
@@ -32,7 +32,7 @@ import sys
 
 import pandas as pd
 
-from hpcbench.bench.cluster_task import add_cluster_arguments, run_bench_task
+from hpcbench.bench.cluster_task import add_cluster_arguments, run_and_report
 
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
@@ -43,6 +43,9 @@ TARGET_RATIO = 1 / 4
 IDEAL_RATIO = 1 / 16
 #: fp16's communication time over none's: half the bytes.
 FP16_RATIO = 1 / 2
+#: What tests/test_bench.py runs: the task's parameters checked against the experiment's config and planned,
+#: nothing started (a --local run takes half a minute, a cluster root).
+TOY_ARGS = ["--dry-run"]
 
 
 def bench_suite(model: str, steps: int, batch_size: int, compressions: list[str]) -> dict:
@@ -131,15 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     add_cluster_arguments(ap, link_rate="200mbit")
     args = ap.parse_args(argv)
     suite = bench_suite(args.model, args.steps, args.batch_size, args.compressions.split(","))
-    run = run_bench_task(suite, args, prefix="hpcbench-bench-compression-", nodes=NODES)
-    if isinstance(run, int):
-        return run
-    if not run.ok:
-        print(f"compression task failed: {run.error}", file=sys.stderr)
-        return 1
-    print(report(compare(run.records, run.link_bps), run.link))
-    print(f"records: {run.run_dir}")
-    return 0
+    return run_and_report(suite, args, lambda run: report(compare(run.records, run.link_bps), run.link),
+                          prefix="hpcbench-bench-compression-", nodes=NODES)
 
 
 if __name__ == "__main__":

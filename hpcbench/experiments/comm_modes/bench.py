@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.bench.comm_modes [--link-rate 1gbit] [--model resnet18] [--steps 10]
+    python -m hpcbench.experiments.comm_modes.bench [--link-rate 1gbit] [--model resnet18] [--steps 10]
 
 One ``comm_modes`` task, 2 nodes x 2 ranks, runs through the SLURM backend: plain DDP and the
 hierarchical hook on the same model and batch, one after the other in the same job, each
@@ -26,14 +26,18 @@ import sys
 
 import pandas as pd
 
-from hpcbench.bench.cluster_task import add_cluster_arguments, run_bench_task
+from hpcbench.bench.cluster_task import add_cluster_arguments, run_and_report
+from hpcbench.core.metrics import allreduce_bytes_sent
 
 WORLD, PER_NODE = 4, 2
 #: Bytes over each direction of the inter-node link, in units of the gradient size S.
-FLAT_RING_LINK_BYTES = 2 * (WORLD - 1) / WORLD
+FLAT_RING_LINK_BYTES = allreduce_bytes_sent(1.0, WORLD)
 HIERARCHICAL_LINK_BYTES = 1.0
 PREDICTED = FLAT_RING_LINK_BYTES / HIERARCHICAL_LINK_BYTES
 TARGET_FRACTION = 0.8
+#: What tests/test_bench.py runs: the task's parameters checked against the experiment's config and planned,
+#: nothing started (a --local run takes half a minute, a cluster root).
+TOY_ARGS = ["--dry-run"]
 
 
 def bench_suite(model: str, steps: int, batch_size: int) -> dict:
@@ -75,15 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=4)
     add_cluster_arguments(ap, link_rate="1gbit")
     args = ap.parse_args(argv)
-    run = run_bench_task(bench_suite(args.model, args.steps, args.batch_size), args, prefix="hpcbench-bench-comm-modes-")
-    if isinstance(run, int):
-        return run
-    if not run.ok:
-        print(f"comm_modes task failed: {run.error}", file=sys.stderr)
-        return 1
-    print(report(compare(run.records), run.link))
-    print(f"records: {run.run_dir}")
-    return 0
+    return run_and_report(bench_suite(args.model, args.steps, args.batch_size), args,
+                          lambda run: report(compare(run.records), run.link), prefix="hpcbench-bench-comm-modes-")
 
 
 if __name__ == "__main__":

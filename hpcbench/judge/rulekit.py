@@ -1,7 +1,7 @@
 """What verdict rules share: strict launch groups, paired comparisons, applicability, one sentence.
 
 A rule states its comparisons in advance (a numerator series, a denominator series and
-a :class:`~hpcbench.report.verdict.Reference` each), then :func:`judge_comparisons`:
+a :class:`~hpcbench.judge.verdict.Reference` each), then :func:`judge_comparisons`:
 
 * splits the launches into strict groups — same parameters and same recorded facts
   (cluster, link rate, file system...) — so that ext4 is never pooled with Lustre, nor a
@@ -28,10 +28,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from hpcbench.report.ledger import NO_VALUE, Evidence, Judgement, launch_params, paired_samples, select
-from hpcbench.report.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, judge, judge_family,
-                                     paired_comparison, single_value)
-from hpcbench.system.facts import EMULATED_CLUSTER
+from hpcbench.core.facts import EMULATED_CLUSTER
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params, paired_samples, select
+from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, judge, judge_family,
+                                    paired_comparison, single_value)
 
 #: Facts that make two launches incomparable when they differ.
 GROUP_FACTS = ("cluster", "link_rate_bps", "link_delay_s", "infiniband", "gpus", "backend", "storage.filesystem")

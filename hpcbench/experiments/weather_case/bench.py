@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.bench.weather_case [--link-rate 100mbit] [--model weather_tiny] [--steps 10]
+    python -m hpcbench.experiments.weather_case.bench [--link-rate 100mbit] [--model weather_tiny] [--steps 10]
 
 One ``weather_case`` task, 2 nodes x 2 ranks, runs every stage of the ablation (original,
 comm_tuned, full and each technique alone) through the SLURM backend, all interleaved step by step
@@ -27,11 +27,14 @@ import sys
 
 import pandas as pd
 
-from hpcbench.bench.cluster_task import add_cluster_arguments, run_bench_task
+from hpcbench.bench.cluster_task import add_cluster_arguments, run_and_report
 
 TARGET_SPEEDUP = 2.0
 #: The original's communication share (1 - busy share) the target needs.
 MIN_COMM_SHARE = 0.5
+#: What tests/test_bench.py runs: the task's parameters checked against the experiment's config and planned,
+#: nothing started (a --local run takes half a minute, a cluster root).
+TOY_ARGS = ["--dry-run"]
 
 
 def bench_suite(model: str, steps: int, micro_batch: int) -> dict:
@@ -82,16 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batch", type=int, default=4)
     add_cluster_arguments(ap, link_rate="100mbit")
     args = ap.parse_args(argv)
-    run = run_bench_task(bench_suite(args.model, args.steps, args.micro_batch), args,
-                         prefix="hpcbench-bench-weather-case-")
-    if isinstance(run, int):
-        return run
-    if not run.ok:
-        print(f"weather_case task failed: {run.error}", file=sys.stderr)
-        return 1
-    print(report(compare(run.records, run.link_bps), run.link))
-    print(f"records: {run.run_dir}")
-    return 0
+    return run_and_report(bench_suite(args.model, args.steps, args.micro_batch), args,
+                          lambda run: report(compare(run.records, run.link_bps), run.link),
+                          prefix="hpcbench-bench-weather-case-")
 
 
 if __name__ == "__main__":

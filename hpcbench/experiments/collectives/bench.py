@@ -1,6 +1,6 @@
 """Harness overhead: hpcbench's collective measurement against a raw torch.distributed loop.
 
-Run: ``python -m hpcbench.bench.collectives_overhead [--ranks 4] [--min-bytes 1M] [--max-bytes 32M]``
+Run: ``python -m hpcbench.experiments.collectives.bench [--ranks 4] [--min-bytes 1M] [--max-bytes 32M]``
 
 For each size, in alternating rounds on the same process group, it times
 * the *raw loop*: ``iters`` back-to-back all_reduce calls between two clock reads
@@ -30,6 +30,9 @@ from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.dist import Topology, launch
 from hpcbench.experiments.collectives.worker import OPS, aligned_size, measure_op, size_sweep
 
+
+#: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
+TOY_ARGS = ["--min-bytes", "64K", "--max-bytes", "128K", "--iters", "2", "--rounds", "2"]
 
 @dataclass
 class OverheadConfig(Config):
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = OverheadConfig.from_dict({"min_bytes": args.min_bytes, "max_bytes": args.max_bytes,
                                     "iters": args.iters, "rounds": args.rounds})
     out = Path(args.out or tempfile.mkdtemp(prefix="hpcbench-bench-"))
-    ctx = RecordContext(experiment="bench.collectives_overhead", params=cfg.to_dict())
+    ctx = RecordContext(experiment="collectives.bench", params=cfg.to_dict())
     res = launch(bench_worker, cfg, nodes=1, ranks_per_node=args.ranks, context=ctx, out_dir=out)
     import pandas as pd
 

@@ -27,7 +27,7 @@ systems", SC15, rules 5-9; ReFrame's ``reference = (value, lower, upper)``):
 * An interval speaks for the session that measured it: launches of one session share the
   machine's state (other load, the link's calibration, the page cache), so two sessions can
   give disjoint intervals for the same comparison. The rule kit judges each session apart
-  and flags disagreement (:mod:`hpcbench.report.rulekit`).
+  and flags disagreement (:mod:`hpcbench.judge.rulekit`).
 
 numpy and scipy (Student's t); no pandas, no torch. Deterministic: a report is reproducible.
 """
