@@ -1,4 +1,4 @@
-"""Sanity limits (issue 13, defect 3): ranks against cores, memory against the machine, --dry-run.
+"""Limits checked before anything starts: ranks against cores, memory against the machine, --dry-run.
 
 Every refusal is reproduced through ``hpcbench.cli.main`` in-process, on a machine pinned
 by ``machine`` (2 usable cores, 20 GiB available), so the numbers do not depend on the host.

@@ -1,4 +1,4 @@
-"""The runner under misuse (issue 13): bad input fails with exit code 2 and a message naming
+"""The runner under misuse: bad input fails with exit code 2 and a message naming
 the field or file, before any work starts.
 
 No test here runs a notebook: ``no_run`` replaces the runner's task execution with a

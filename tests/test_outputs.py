@@ -1,6 +1,7 @@
 """What hpcbench leaves on disk: file modes under a umask, report folders, interactive results.
 
-Issue 13, defects 7-9. Run dirs are built with RecordWriter and the run dir module, not by
+Results must be readable (or not) as the user's umask says, reports must swap in whole, and
+hand runs must not pile up. Run dirs are built with RecordWriter and the run dir module, not by
 running notebooks. Two tests build a full report (a LocalCluster each, a few seconds);
 the refusals are checked with the dask client replaced by one that fails the test if used.
 """

@@ -1,4 +1,4 @@
-"""Issue 13, defects 1 and 2: a signal stops a run and every process of it; one runner per run dir.
+"""A signal stops a run and every process of it (no orphaned ranks); one runner per run dir.
 
 The signal tests start the real CLI with a marker in its environment, wait until the
 task's torchrun ranks run, signal the CLI, and then read the process table: no

@@ -1,4 +1,4 @@
-"""The scale model's pure core (issue 12, sec. 1): fits, byte counts, platforms, predictions, C1."""
+"""The scale model's pure core: alpha-beta fits, byte counts, platforms, predictions, C1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Block reads from HDF5 (issue 9): the weather reader and the image HDF5 reader's block path.
+"""Block reads from HDF5 (one read per block of samples, not one per sample): the weather reader
+and the image HDF5 reader's block path.
 
 Real files made by the project's generators; reads are counted by wrapping h5py's own
 ``Dataset.__getitem__``/``read_direct`` and ``os.preadv`` (the real call still runs), not by
