@@ -41,7 +41,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.present.kit import slug as text_slug
-from hpcbench.report.report_folder import INDEX_HTML, REPORT_JSON, report_files
+from hpcbench.report.report_folder import INDEX_HTML, REPORT_JSON, report_files, swap_in
 from hpcbench.report.templates import page_template
 
 PUBLICATIONS_JSON = "publications.json"
@@ -336,17 +336,7 @@ def _copy_report(report_dir: Path, dest: Path) -> None:
             target = partial / path.relative_to(report_dir)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
-        if not dest.exists():
-            os.rename(partial, dest)
-            return
-        old = dest.with_name(f".{dest.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        os.rename(dest, old)
-        try:
-            os.rename(partial, dest)
-        except BaseException:
-            os.rename(old, dest)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(partial, dest)  # the same swap a report build ends with
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

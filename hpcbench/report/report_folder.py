@@ -164,7 +164,7 @@ def replacing_report_folder(out: Path, warn: Callable[[str], None]) -> Iterator[
         raise HpcbenchError(f"report folder {out}: cannot write next to it in {target.parent} ({exc})") from None
     try:
         yield building
-        _swap_in(building, target)
+        swap_in(building, target)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         logs = dask_slurm_log_dir(out)
@@ -181,7 +181,7 @@ def _written_since(folder: Path, when: float) -> bool:
         return False
 
 
-def _swap_in(building: Path, target: Path) -> None:
+def swap_in(building: Path, target: Path) -> None:
     """Rename ``building`` to ``target``; an existing ``target`` is set aside first, then removed."""
     if not target.exists():
         os.rename(building, target)  # also replaces a folder made empty in the meantime
@@ -374,4 +374,4 @@ def _size(n: int) -> str:
 __all__ = ["FILES_SUBDIR", "INDEX_HTML", "MAX_LINKED_FILES_TOTAL_BYTES", "MAX_LINKED_FILE_BYTES", "REPORT_CONTENT",
            "REPORT_JSON", "LinkedFiles", "check_report_folder", "dask_slurm_log_dir",
            "describe_report", "is_report_folder", "replacing_report_folder", "report_files", "report_size",
-           "safe_file_name"]
+           "safe_file_name", "swap_in"]
