@@ -19,14 +19,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from hpcbench.judge.evidence import NOT_COUNTED_PREFIXES
 from hpcbench.present.kit import Cell, Figure, Section, Table, fmt_number, image_of, slug
 
 #: The summary row's word budget: a row a reader takes in at one glance.
 ROW_WORD_BUDGET = 30
 #: Verdicts counted at the top, in this order (others are counted after them).
 COUNT_ORDER = ("reproduced", "not reproduced", "inconclusive", "context", "not measured yet")
-#: How an outcome that does not count says why (kept in step with :mod:`hpcbench.report.ledger`).
-_NOT_COUNTED = ("not applicable", "context:", "inconclusive: regime")
 
 
 @dataclass
@@ -79,7 +78,7 @@ def primary_outcome(row: Any) -> tuple[str, Any] | None:
     pairs = list(zip(getattr(row, "labels", ()) or [""] * len(getattr(row, "outcomes", ())),
                      getattr(row, "outcomes", ())))
     valued = [(label, o) for label, o in pairs if math.isfinite(o.interval.estimate)]
-    counted = [(label, o) for label, o in valued if not o.why.startswith(_NOT_COUNTED)]
+    counted = [(label, o) for label, o in valued if not o.why.startswith(NOT_COUNTED_PREFIXES)]
     return (counted or valued or [None])[0]
 
 
