@@ -73,6 +73,27 @@ def recorded_link_rate(run_dir: Path) -> str:
     raise HpcbenchError(f"{run_dir} records no shaped link rate (fact.link_rate_bps); pass --link-rate")
 
 
+#: ``make reproduce-regime``: the entries whose verdicts are judged in the guide's regime (C2, C3, C7, C8),
+#: with C16's busbw context that states the link; ~30 min on 2 cores where the whole suite takes ~2.8 h.
+REGIME_ENTRIES = ("collectives.two_nodes", "comm_modes.modes", "batch_scaling.resnet_tiny_two_nodes",
+                  "gradient_compression.weather_tiny", "weather_case.weather_tiny")
+
+
+def select_entries(suite, entries: list[str]):
+    """``suite`` with only the tasks of the named ``experiment.variant`` entries, in the suite's order.
+
+    Raises:
+        HpcbenchError: naming an entry the suite does not have (and the ones it has).
+    """
+    from dataclasses import replace
+
+    have = list(dict.fromkeys(f"{t.experiment}.{t.variant}" for t in suite.tasks))
+    unknown = [e for e in entries if e not in have]
+    if unknown:
+        raise HpcbenchError(f"--only: {unknown} not in suite {suite.name!r}; its entries: {have}")
+    return replace(suite, tasks=[t for t in suite.tasks if f"{t.experiment}.{t.variant}" in entries])
+
+
 def nodes_needed(suite) -> int:
     """The most nodes any task of ``suite`` asks for (its experiment's resources), at least 2."""
     from hpcbench.experiments import EXPERIMENTS
@@ -95,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nics", type=int, default=8, help="InfiniBand NICs per 8-GPU node on the guide's platform "
                                                         "(8: ratio 1:12; 1: ratio 1:96)")
     ap.add_argument("--suite", default="reproduce", help="suite name or YAML path (default: reproduce)")
+    ap.add_argument("--only", metavar="EXP.VARIANT,...", help="run only these entries of the suite "
+                    "(`regime`: the regime-matched ones, " + ", ".join(REGIME_ENTRIES) + ")")
     ap.add_argument("--out", default="results", help="parent folder of the run dir")
     ap.add_argument("--report", default="reports/reproduce", help="report folder")
     ap.add_argument("--state", default="/tmp/hpcbench-reproduce", help="the emulated cluster's state dir")
@@ -104,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     guide_ratio(args.nics)  # a bad --nics fails before anything starts
     suite = load_suite(args.suite)
+    if args.only:
+        only = list(REGIME_ENTRIES) if args.only == "regime" else [e.strip() for e in args.only.split(",") if e.strip()]
+        suite = select_entries(suite, only)
     if args.resume:
         # The same link as the first attempt, or its launches would land in another group.
         args.link_rate = args.link_rate or recorded_link_rate(Path(args.resume))

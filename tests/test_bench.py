@@ -1,7 +1,8 @@
 """Every benchmark runs at its declared toy size: a benchmark nothing runs rots unseen.
 
 A benchmark is a module with a ``main(argv)`` in ``hpcbench/bench/`` (shared machinery) or an
-experiment's ``bench.py``; each declares ``TOY_ARGS``, the command line of a run of seconds (or of
+experiment's ``bench.py``, or an experiment's cluster benchmark (its ``bench.py`` describes it,
+``python -m hpcbench.bench.cluster_task NAME`` runs it); each declares ``TOY_ARGS``, the command line of a run of seconds (or of
 a dry run, for those that need the emulated cluster as root). The figures of a toy run mean
 nothing; it shows that the benchmark still parses, runs every path and prints its table. Each
 runs as ``python -m`` in a fresh folder (some write under ``./results``) with its own temporary
@@ -35,22 +36,48 @@ def _defines(path: Path, name: str) -> bool:
     return False
 
 
+#: The runner of the experiments' cluster benchmarks (a module with a main of its own, and no TOY_ARGS).
+RUNNER = "hpcbench.bench.cluster_task"
+
+
 def bench_modules() -> list[str]:
-    """Dotted names of every benchmark: hpcbench/bench/*.py and experiments/*/bench.py with a main()."""
+    """Dotted names of every benchmark module: hpcbench/bench/*.py and experiments/*/bench.py.
+
+    Those with a main() run as ``python -m MODULE``; an experiment's bench.py with ``suite_from``
+    instead is a cluster benchmark, run as ``python -m hpcbench.bench.cluster_task NAME``.
+    """
     paths = sorted((PACKAGE / "bench").glob("*.py")) + sorted((PACKAGE / "experiments").glob("*/bench.py"))
-    return [".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts) for p in paths if _defines(p, "main")]
+    return [".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts) for p in paths
+            if _defines(p, "main") or _defines(p, "suite_from")]
+
+
+def command_of(module: str) -> list[str]:
+    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+    if _defines(path, "main"):
+        return ["-m", module]
+    return ["-m", RUNNER, module.split(".")[-2]]
 
 
 def test_the_benchmarks_are_found_and_each_declares_its_toy_size():
-    modules = bench_modules()
+    from hpcbench.bench.cluster_task import cluster_benches
+
+    modules = [m for m in bench_modules() if m != RUNNER]
     assert "hpcbench.bench.sampler_overhead" in modules and "hpcbench.experiments.comm_modes.bench" in modules
-    assert "hpcbench.bench.cluster_task" not in modules  # a helper, no main
+    assert cluster_benches() == ["comm_modes", "gradient_compression", "weather_case"]
+    assert command_of("hpcbench.experiments.weather_case.bench") == ["-m", RUNNER, "weather_case"]
     missing = [m for m in modules if not _defines(PACKAGE.parent / (m.replace(".", "/") + ".py"), "TOY_ARGS")]
     assert not missing, f"benchmarks without TOY_ARGS: {missing}"
 
 
+def test_the_cluster_runner_names_its_benchmarks_when_asked_for_another():
+    from hpcbench.bench.cluster_task import main
+
+    assert main(["no_such_experiment"]) == 2
+    assert main(["--help"]) == 0
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("module", bench_modules())
+@pytest.mark.parametrize("module", [m for m in bench_modules() if m != RUNNER])
 def test_benchmark_runs_at_toy_size(module, tmp_path):
     import importlib
 
@@ -58,8 +85,9 @@ def test_benchmark_runs_at_toy_size(module, tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(PACKAGE.parent)}
-    done = subprocess.run([sys.executable, "-m", module, *toy], cwd=tmp_path, env=env, capture_output=True,
+    command = command_of(module) + toy
+    done = subprocess.run([sys.executable, *command], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=TOY_TIMEOUT_S)
-    assert done.returncode == 0, f"{module} {' '.join(toy)} exited {done.returncode}:\n{done.stdout[-3000:]}\n" \
+    assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}\n" \
                                  f"{done.stderr[-3000:]}"
-    assert done.stdout.strip(), f"{module} printed nothing"
+    assert done.stdout.strip(), f"{' '.join(command)} printed nothing"

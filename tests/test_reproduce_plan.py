@@ -3,7 +3,7 @@
 import pytest
 
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.reproduce import guide_ratio, link_rate_mbit, nodes_needed
+from hpcbench.reproduce import REGIME_ENTRIES, guide_ratio, link_rate_mbit, nodes_needed, select_entries
 from hpcbench.run.suite import load_suite, parse_suite
 
 
@@ -30,3 +30,14 @@ def test_the_cluster_has_as_many_nodes_as_the_largest_task():
         {"experiment": "environment"}]})
     assert nodes_needed(four) == 4
     assert nodes_needed(load_suite("reproduce")) >= 2
+
+
+def test_only_keeps_the_named_entries_and_refuses_an_unknown_one():
+    suite = load_suite("reproduce")
+    regime = select_entries(suite, list(REGIME_ENTRIES))
+    assert {f"{t.experiment}.{t.variant}" for t in regime.tasks} == set(REGIME_ENTRIES)
+    # every launch of an entry comes along: C7's verdict needs its 7
+    assert sum(t.experiment == "weather_case" for t in regime.tasks) == 7
+    assert nodes_needed(regime) == 2
+    with pytest.raises(HpcbenchError, match="weather_case.nope"):
+        select_entries(suite, ["weather_case.nope"])

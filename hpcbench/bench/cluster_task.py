@@ -1,7 +1,12 @@
 """One suite task of a benchmark on the emulated cluster (or, with ``--local``, on emulated nodes here).
 
-The cluster benchmarks (``bench`` of the experiments comm_modes, gradient_compression and
-weather_case) share how they get a cluster and run their one task:
+    python -m hpcbench.bench.cluster_task EXPERIMENT [its options] [--link-rate R] [--local] [--dry-run] ...
+
+An experiment's cluster benchmark is its ``bench.py`` saying what to run and how to read it:
+``LINK_RATE``, ``add_arguments(ap)``, ``suite_from(args)`` (a one-task suite) and
+``report_run(records, link_bps, link)`` (optionally ``NODES``). This module runs it, so the
+experiment's package never imports the run layer above it (comm_modes, gradient_compression and
+weather_case have one). How it gets a cluster and runs the task:
 
 * a cluster already up in ``--state`` is used as it is (and left up);
 * otherwise one is brought up with the benchmark's link rate and taken down afterwards (unless
@@ -16,6 +21,7 @@ weather_case) share how they get a cluster and run their one task:
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import tempfile
@@ -130,3 +136,33 @@ def run_and_report(suite: dict, args: argparse.Namespace, report: Callable[[Benc
     print(report(run))
     print(f"records: {run.run_dir}")
     return 0
+
+
+def cluster_benches() -> list[str]:
+    """Experiments whose ``bench.py`` describes a cluster benchmark (it defines ``suite_from``)."""
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    return sorted(p.parent.name for p in root.glob("*/bench.py") if "\ndef suite_from(" in p.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    names = cluster_benches()
+    if not argv or argv[0] not in names:
+        given = f"{argv[0]!r} has none; " if argv and not argv[0].startswith("-") else ""
+        print(f"usage: python -m hpcbench.bench.cluster_task EXPERIMENT [options]\n{given}experiments with a "
+              f"cluster benchmark: {', '.join(names)} (`... EXPERIMENT --help` lists its options)", file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    name = argv[0]
+    bench = importlib.import_module(f"hpcbench.experiments.{name}.bench")
+    ap = argparse.ArgumentParser(prog=f"python -m hpcbench.bench.cluster_task {name}",
+                                 description=(bench.__doc__ or "").split("\n\n")[0])
+    bench.add_arguments(ap)
+    add_cluster_arguments(ap, link_rate=bench.LINK_RATE)
+    args = ap.parse_args(argv[1:])
+    return run_and_report(bench.suite_from(args), args,
+                          lambda run: bench.report_run(run.records, run.link_bps, run.link),
+                          prefix=f"hpcbench-bench-{name}-", nodes=getattr(bench, "NODES", 2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

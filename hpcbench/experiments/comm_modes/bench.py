@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.experiments.comm_modes.bench [--link-rate 1gbit] [--model resnet18] [--steps 10]
+    python -m hpcbench.bench.cluster_task comm_modes [--link-rate 1gbit] [--model resnet18] [--steps 10]
 
 One ``comm_modes`` task, 2 nodes x 2 ranks, runs through the SLURM backend: plain DDP and the
 hierarchical hook on the same model and batch, one after the other in the same job, each
@@ -22,11 +22,9 @@ loopback, no shaped link): a check of the pieces, not of the prediction.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pandas as pd
 
-from hpcbench.bench.cluster_task import add_cluster_arguments, run_and_report
 from hpcbench.core.metrics import allreduce_bytes_sent
 
 WORLD, PER_NODE = 4, 2
@@ -72,16 +70,22 @@ def report(table: pd.DataFrame, link: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+#: The link of a cluster the runner brings up for this benchmark (``--link-rate`` overrides it).
+LINK_RATE = "1gbit"
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's own options; ``hpcbench.bench.cluster_task`` adds the cluster's."""
     ap.add_argument("--model", default="resnet18", help="a model of hpcbench.models (resnet18: 47 MB of gradients)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=4)
-    add_cluster_arguments(ap, link_rate="1gbit")
-    args = ap.parse_args(argv)
-    return run_and_report(bench_suite(args.model, args.steps, args.batch_size), args,
-                          lambda run: report(compare(run.records), run.link), prefix="hpcbench-bench-comm-modes-")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def suite_from(args: argparse.Namespace) -> dict:
+    """The one-task suite the parsed options ask for."""
+    return bench_suite(args.model, args.steps, args.batch_size)
+
+
+def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> str:
+    """The printed comparison of a finished run's records."""
+    return report(compare(records), link)

@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.experiments.gradient_compression.bench [--link-rate 200mbit] [--model weather_small] [--steps 12]
+    python -m hpcbench.bench.cluster_task gradient_compression [--link-rate 200mbit] [--model weather_small] [--steps 12]
 
 One ``gradient_compression`` task, 2 nodes x 2 ranks, runs through the SLURM backend: ``none`` (float32
 all-reduce), ``fp16`` and ``quant2bit`` train the same model on the same batches, all in the same
@@ -32,7 +32,6 @@ import sys
 
 import pandas as pd
 
-from hpcbench.bench.cluster_task import add_cluster_arguments, run_and_report
 
 NODES, PER_NODE = 2, 2
 WORLD = NODES * PER_NODE
@@ -122,8 +121,12 @@ def report(table: pd.DataFrame, link: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+#: The link of a cluster the runner brings up for this benchmark (``--link-rate`` overrides it).
+LINK_RATE = "200mbit"
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's own options; ``hpcbench.bench.cluster_task`` adds the cluster's."""
     ap.add_argument("--model", default="weather_small",
                     help="a model of hpcbench.models (weather_small: 3.5 M parameters, 14 MB of gradients)")
     ap.add_argument("--steps", type=int, default=12,
@@ -131,12 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--compressions", default=",".join(COMPRESSIONS),
                     help="comma-separated; must include none (the baseline)")
-    add_cluster_arguments(ap, link_rate="200mbit")
-    args = ap.parse_args(argv)
-    suite = bench_suite(args.model, args.steps, args.batch_size, args.compressions.split(","))
-    return run_and_report(suite, args, lambda run: report(compare(run.records, run.link_bps), run.link),
-                          prefix="hpcbench-bench-compression-", nodes=NODES)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def suite_from(args: argparse.Namespace) -> dict:
+    """The one-task suite the parsed options ask for."""
+    return bench_suite(args.model, args.steps, args.batch_size, args.compressions.split(","))
+
+
+def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> str:
+    """The printed comparison of a finished run's records."""
+    return report(compare(records, link_bps), link)

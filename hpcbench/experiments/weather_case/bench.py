@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.experiments.weather_case.bench [--link-rate 100mbit] [--model weather_tiny] [--steps 10]
+    python -m hpcbench.bench.cluster_task weather_case [--link-rate 100mbit] [--model weather_tiny] [--steps 10]
 
 One ``weather_case`` task, 2 nodes x 2 ranks, runs every stage of the ablation (original,
 comm_tuned, full and each technique alone) through the SLURM backend, all interleaved step by step
@@ -23,11 +23,9 @@ loopback, no shaped link): a check of the pieces, not of the prediction.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pandas as pd
 
-from hpcbench.bench.cluster_task import add_cluster_arguments, run_and_report
 
 TARGET_SPEEDUP = 2.0
 #: The original's communication share (1 - busy share) the target needs.
@@ -78,17 +76,22 @@ def report(table: pd.DataFrame, link: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+#: The link of a cluster the runner brings up for this benchmark (``--link-rate`` overrides it).
+LINK_RATE = "100mbit"
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's own options; ``hpcbench.bench.cluster_task`` adds the cluster's."""
     ap.add_argument("--model", default="weather_tiny", help="a weather model (weather_tiny: 1.5 MB of gradients)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--micro-batch", type=int, default=4)
-    add_cluster_arguments(ap, link_rate="100mbit")
-    args = ap.parse_args(argv)
-    return run_and_report(bench_suite(args.model, args.steps, args.micro_batch), args,
-                          lambda run: report(compare(run.records, run.link_bps), run.link),
-                          prefix="hpcbench-bench-weather-case-")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def suite_from(args: argparse.Namespace) -> dict:
+    """The one-task suite the parsed options ask for."""
+    return bench_suite(args.model, args.steps, args.micro_batch)
+
+
+def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> str:
+    """The printed comparison of a finished run's records."""
+    return report(compare(records, link_bps), link)
