@@ -3,7 +3,7 @@ that fails at stage 1 stops the run before stage 2 with the reason recorded; and
 SLURM job on the emulated cluster brought up with 4 nodes (the session's 2-node cluster is taken down for it and
 restored after).
 
-Its rule is tested from synthetic records in tests/experiments/test_scaling.py; the gate in
+Its rule is tested from synthetic records in tests/experiments/scaling/test_scaling_rules.py; the gate in
 tests/test_practice_gates.py.
 """
 

@@ -1,6 +1,6 @@
 """The io_formats experiment run for real: notebook under papermill at a tiny size, config, presenter.
 
-Its rules are tested from recorded records in tests/experiments/test_io_formats.py."""
+Its rules are tested from recorded records in tests/experiments/io_formats/test_io_formats_rules.py."""
 
 from __future__ import annotations
 

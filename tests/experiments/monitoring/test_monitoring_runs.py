@@ -1,7 +1,7 @@
 """The monitoring experiment run for real: its notebook under papermill in a SLURM job on the emulated cluster
 (2 nodes x 1 gloo rank), every fault applied for real on n2 at a short phase, the estimate and the presenter.
 
-Its rule is tested from recorded records in tests/experiments/test_monitoring.py; the faults themselves in
+Its rule is tested from recorded records in tests/experiments/monitoring/test_monitoring_rules.py; the faults themselves in
 tests/test_node_faults.py.
 """
 
@@ -111,7 +111,7 @@ def test_estimate_grows_with_phases_and_model():
 
 
 def test_notebook_parameters_match_the_config():
-    params = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "07_monitoring.ipynb", as_version=4)
+    params = nbformat.read(Path(__file__).resolve().parents[3] / "notebooks" / "07_monitoring.ipynb", as_version=4)
     cell = next(c for c in params.cells if "parameters" in c.metadata.get("tags", []))
     for name in MonitoringConfig.field_names():
         assert f"\n{name} = {getattr(MonitoringConfig(), name)!r}" in cell.source

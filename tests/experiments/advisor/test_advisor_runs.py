@@ -7,7 +7,7 @@
   back (checked in the records, in cluster.json and in tc's own report);
 * the estimate and the presenter.
 
-Its rule is tested from recorded records in tests/experiments/test_advisor.py; the advisor in tests/test_advise.py.
+Its rule is tested from recorded records in tests/experiments/advisor/test_advisor_rules.py; the advisor in tests/test_advise.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 * the faults added to :mod:`hpcbench.fault.inject` (a CPU quota, a thread-hungry
   neighbour, a flapping link) and the ranks' own unbound threads, each applied and undone.
 
-Its rule is tested from recorded records in tests/experiments/test_practice.py.
+Its rule is tested from recorded records in tests/experiments/practice/test_practice_rules.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The scale_model experiment run for real: its notebook under papermill on one machine (one unshaped phase), and a
 SLURM job on the emulated cluster at two link rates, the links reshaped per phase and put back afterwards.
 
-Its summary and rule are tested from recorded records in tests/experiments/test_scale_model_experiment.py (named
+Its summary and rule are tested from recorded records in tests/experiments/scale_model/test_scale_model_rules.py (named
 apart from the model core's tests/test_scale_model.py: pytest imports test modules by basename).
 """
 

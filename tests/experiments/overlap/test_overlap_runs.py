@@ -1,7 +1,7 @@
 """The overlap experiment run for real: its notebook under papermill on 2 gloo ranks (2 emulated nodes x 1) at a
 tiny size, the config's refusals, the estimate and the presenter.
 
-Its rule is tested from recorded records in tests/experiments/test_overlap.py; the library's invariants in
+Its rule is tested from recorded records in tests/experiments/overlap/test_overlap_rules.py; the library's invariants in
 tests/test_overlap_accumulation.py."""
 
 from __future__ import annotations

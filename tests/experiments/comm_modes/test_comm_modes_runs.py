@@ -19,7 +19,8 @@ from hpcbench.experiments.comm_modes.worker import compare_gradients, run_worker
 from hpcbench.parallel.hooks import padded_length
 from hpcbench.parallel.modes import check_layout, hybrid_not_applicable_reason
 
-TESTS = Path(__file__).resolve().parent
+#: The workers import hooks_entry from this file (its folder) and this file's imports (tests/).
+WORKER_PATH = f"{Path(__file__).resolve().parent}:{Path(__file__).resolve().parents[2]}"
 
 
 # -- bad input, before any process starts ----------------------------------------------
@@ -113,7 +114,7 @@ def hooks_run(tmp_path_factory):
     cfg = CommModesConfig.from_dict({"models": ["gpt2_tiny"]})
     ctx = RecordContext(experiment="hooks_check", params=cfg.to_dict())
     mp = pytest.MonkeyPatch()
-    mp.setenv("PYTHONPATH", str(TESTS))  # the workers import hooks_entry from this file
+    mp.setenv("PYTHONPATH", WORKER_PATH)
     try:
         res = launch(hooks_entry, cfg, nodes=2, ranks_per_node=2, context=ctx, out_dir=out, tag="hooks", echo=None)
     finally:

@@ -157,7 +157,7 @@ def env_entry(cfg, topo, writer):
 def test_nccl_settings_reach_the_workers_and_gloo_says_not_applicable(tmp_path, monkeypatch):
     from pathlib import Path
 
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+    monkeypatch.setenv("PYTHONPATH", f"{Path(__file__).resolve().parent}:{Path(__file__).resolve().parents[2]}")
     monkeypatch.delenv("NCCL_ALGO", raising=False)
     cfg = CollectivesConfig.from_dict({"nodes": 1, "ranks_per_node": 2, "ops": "all_reduce", "groups": "world",
                                        "max_bytes": "1K", "iters": 1, "warmup_iters": 0, "backend": "gloo",

@@ -1,6 +1,6 @@
 """The fault_tolerance experiment run for real: notebook under papermill at a tiny size, config, presenter.
 
-Its rules are tested from recorded records in tests/experiments/test_fault_tolerance.py."""
+Its rules are tested from recorded records in tests/experiments/fault_tolerance/test_fault_tolerance_rules.py."""
 
 from __future__ import annotations
 

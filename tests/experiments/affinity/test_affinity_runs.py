@@ -1,7 +1,7 @@
 """The affinity experiment run for real: its notebook under papermill on 2 gloo ranks at a tiny size, the config's
 refusals and the estimate.
 
-Its cost verdicts and presenter are tested from recorded records in tests/experiments/test_affinity.py; the binding
+Its cost verdicts and presenter are tested from recorded records in tests/experiments/affinity/test_affinity_rules.py; the binding
 library (topology, plan, emit, applied) in its own tests."""
 
 from __future__ import annotations
