@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.hpcbench-installed
 # Timestamped so that a second `make demo` never overwrites the first run's results.
 DEMO_RUN := results/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup test demo reproduce reproduce-regime bench bench-cluster gpu-check clean-venv help
+.PHONY: setup test demo reproduce reproduce-regime bench bench-cluster gpu-check gpu-suite clean-venv help
 
 help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench   run the benchmarks (ratios measured side by side, not tests)"
 	@echo "make bench-cluster   the benchmarks on the emulated SLURM cluster (root)"
 	@echo "make gpu-check   every CUDA/NCCL path of one GPU, as a pass/fail table (no GPU: says so, exit 0)"
+	@echo "make gpu-suite   the world-size-1 experiments on one GPU through their notebooks: reports/gpu/ (no GPU: refused)"
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -71,6 +72,11 @@ bench-cluster: setup
 # CUDA memory as records. Exit 1 if a check failed; without a GPU it says so and exits 0.
 gpu-check: setup
 	$(PY) -m hpcbench.bench.gpu_check --out results/gpu-check
+
+# The GPU suite (hpcbench/suites/gpu.yaml): every experiment that runs at world size 1 on one CUDA device,
+# through its notebook, and its report. Without a GPU the limits refuse it before anything starts.
+gpu-suite: setup
+	$(VENV)/bin/hpcbench suite gpu --report reports/gpu
 
 clean-venv:
 	rm -rf $(VENV)

@@ -38,8 +38,9 @@ def no_run(monkeypatch):
 
 @pytest.fixture
 def machine(monkeypatch):
-    """This machine, as the local backend reads it: 2 usable cores, 20 GiB available."""
+    """This machine, as the local backend reads it: 2 usable cores, no GPU, 20 GiB available."""
     monkeypatch.setattr(limits, "usable_cores", lambda: 2)
+    monkeypatch.setattr(limits, "cuda_devices", lambda root=limits.GPU_SOURCE: 0)
     monkeypatch.setattr(limits, "mem_available", lambda text: 20 * GiB)
 
 
@@ -191,7 +192,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(machine, tmp_path, capsys, m
     assert "collectives.two_nodes_2x2.r0" in out and " 2 x 2 " in out
     assert "total: 10 task(s), at most 4 ranks" in out
     assert "backend: local; run dir: results/demo-" in out and "not created" in out
-    assert "2 usable core(s), 20.0 GiB available" in out and "oversubscription allowed" in out
+    assert "2 usable core(s), 0 CUDA device(s), 20.0 GiB available" in out and "oversubscription allowed" in out
     assert "limits: ok" in out
     assert list(tmp_path.iterdir()) == []
 
@@ -284,3 +285,43 @@ def test_estimate_validates_its_fields_and_the_default_is_honest():
     dist = baseline_estimate(CollectivesConfig.from_dict({"nodes": 2, "ranks_per_node": 4}))
     assert dist.ranks == 8 and dist.seconds is None and "not counted" in dist.basis
     assert baseline_estimate(EnvironmentConfig()).ranks == 1
+
+
+# -- GPUs: a task that asks for one per rank, on a machine without --------------------------------
+
+def test_cuda_devices_counts_the_drivers_gpu_folders(tmp_path):
+    # the layout of /proc/driver/nvidia/gpus: one folder per GPU, named by its PCI address
+    for bus in ("0000:0a:00.0", "0000:0b:00.0"):
+        (tmp_path / bus).mkdir()
+        (tmp_path / bus / "information").write_text("Model: NVIDIA H200\n")
+    assert limits.cuda_devices(tmp_path) == 2
+    assert limits.cuda_devices(tmp_path / "absent") == 0
+
+
+@pytest.mark.parametrize("params, asks", [({"backend": "nccl"}, "backend: nccl"), ({"backend": "auto"}, None),
+                                          ({"backend": "gloo"}, None)])
+def test_only_an_explicit_nccl_or_cuda_asks_for_a_gpu(params, asks):
+    cfg = EXPERIMENTS.get("batch_scaling").config.from_dict({"nodes": 1, "ranks_per_node": 1, **params})
+    assert limits.wants_gpu(cfg) == asks
+    ft = EXPERIMENTS.get("fault_tolerance").config
+    assert limits.wants_gpu(ft.from_dict({"device": "cuda"})) == "device: cuda"
+    assert limits.wants_gpu(ft.from_dict({"device": "auto"})) is None
+
+
+def test_the_gpu_suite_is_refused_cleanly_on_a_machine_without_gpus(machine, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    suite = load_suite("gpu")
+    asking = {t.task_id for t in suite.tasks
+              if limits.wants_gpu(EXPERIMENTS.get(t.experiment).config.from_dict(t.params))}
+    assert len(asking) >= 3  # the suite is about the GPU, not a CPU suite with a GPU name
+    rc, out, err = run_cli(capsys, "suite", "gpu")
+    assert rc == 2 and not (tmp_path / "results").exists()  # nothing started, nothing written
+    for task_id in asking:
+        assert f"{task_id}: " in err and "CUDA device per rank" in err
+    assert "backend: nccl" in err and "device: cuda" in err and "/proc/driver/nvidia/gpus" in err
+    # with GPUs enough for its one rank per task, the same plan passes the GPU check
+    two = Capacity("local", "this machine", cores=16, memory_bytes=128 * GiB, gpus=1)
+    assert not [p for p in plan_run(suite, two).problems if "CUDA" in p]
+    # and where nobody knows (a SLURM node: --gres decides), nothing is refused for it
+    slurm = Capacity("slurm", "each SLURM node", memory_bytes=128 * GiB, per_node=True)
+    assert not [p for p in plan_run(suite, slurm).problems if "CUDA" in p]

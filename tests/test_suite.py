@@ -50,8 +50,14 @@ def test_missing_suite_file_and_unknown_name(tmp_path):
         load_suite(bad)
 
 
-def test_failed_task_does_not_stop_others(tmp_path):
-    # The nccl task fails for real on a machine without GPUs; the other one must still run.
+def test_failed_task_does_not_stop_others(tmp_path, monkeypatch):
+    # The nccl task fails for real on a machine without GPUs; the other one must still run. The limits
+    # refuse an NCCL task where the driver lists no GPU before anything starts; here they are told of
+    # two (a node whose driver lists GPUs CUDA cannot use, or a SLURM node the limits cannot see into),
+    # so the task gets as far as NCCL's own failure.
+    from hpcbench.run import limits
+
+    monkeypatch.setattr(limits, "cuda_devices", lambda root=limits.GPU_SOURCE: 2)
     suite = parse_suite({"name": "mixed", "tasks": [{
         "experiment": "collectives",
         "params": {"ops": "all_reduce", "groups": "world", "max_bytes": "1K", "iters": 1, "warmup_iters": 0},

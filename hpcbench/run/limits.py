@@ -60,12 +60,15 @@ class Capacity:
     """memory_bytes is one node's: compare a task's per-node share"""
     memory_source: str = ""
     """what memory_bytes is and where it comes from, written after the number in messages"""
+    gpus: int | None = None
+    """CUDA devices one task may use (local: this machine's); None: not known, not checked (SLURM: --gres)"""
 
     def describe(self) -> str:
         cores = f"{self.cores} usable core(s), " if self.cores is not None else ""
+        gpus = f"{self.gpus} CUDA device(s), " if self.gpus is not None else ""
         memory = (f"{approx_bytes(self.memory_bytes)} {self.memory_source}" if self.memory_bytes is not None
                   else "memory unknown: not checked")
-        return f"{self.where}: {cores}{memory}"
+        return f"{self.where}: {cores}{gpus}{memory}"
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,30 @@ def memory_problem(task_id: str, experiment: str, estimate: Estimate, resources:
             f"lower its sizes (hpcbench params {experiment}) or run it where there is more memory")
 
 
+def wants_gpu(cfg: Any) -> str | None:
+    """The config field that asks for one CUDA device per rank (``backend: nccl``, ``device: cuda``); None if none.
+
+    ``backend: auto`` is not counted: it picks NCCL only where every rank has a GPU.
+    """
+    if getattr(cfg, "backend", None) == "nccl":
+        return "backend: nccl"
+    if getattr(cfg, "device", None) == "cuda":
+        return "device: cuda"
+    return None
+
+
+def gpu_problem(task_id: str, asks: str | None, resources: Resources, capacity: Capacity) -> str | None:
+    """Why a task that asks for a GPU per rank cannot have them here; None when it can or nobody knows."""
+    if asks is None or capacity.gpus is None:
+        return None
+    need = resources.nodes * resources.ranks_per_node  # every emulated node is this machine
+    if capacity.gpus >= need:
+        return None
+    return (f"{task_id}: {asks} asks for one CUDA device per rank ({_ranks(need)}), {capacity.where} has "
+            f"{capacity.gpus} ({GPU_SOURCE}); run it where there are GPUs (e.g. --backend slurm with --gres "
+            f"gpu:N), or set backend: gloo / device: cpu")
+
+
 def _ranks(n: int) -> str:
     return f"{n} rank" if n == 1 else f"{n} ranks"
 
@@ -155,6 +182,7 @@ def plan_task(spec: TaskSpec, capacity: Capacity, *, oversubscribe: bool) -> Tas
     cfg = exp.config.from_dict(spec.params)
     resources, estimate = exp.resources(cfg), exp.estimate(cfg)
     problems = [rank_problem(spec.task_id, resources, capacity.cores, oversubscribe=oversubscribe),
+                gpu_problem(spec.task_id, wants_gpu(cfg), resources, capacity),
                 memory_problem(spec.task_id, exp.name, estimate, resources, capacity)]
     return TaskPlan(spec.task_id, spec.experiment, spec.variant, resources, estimate,
                     tuple(p for p in problems if p))
@@ -183,14 +211,27 @@ def mem_available(meminfo: str) -> int | None:
     return int(m.group(1)) * 1024 if m else None
 
 
+#: Where the GPU count comes from: the NVIDIA driver lists one folder per GPU it drives. Read without
+#: importing torch (seconds) or starting CUDA (a context on every device), and without NVML.
+GPU_SOURCE = "/proc/driver/nvidia/gpus"
+
+
+def cuda_devices(root: str | Path = GPU_SOURCE) -> int:
+    """GPUs the NVIDIA driver drives on this machine (0 without the driver)."""
+    try:
+        return sum(1 for p in Path(root).iterdir() if p.is_dir())
+    except OSError:
+        return 0
+
+
 def local_capacity(options: dict[str, Any] | None = None) -> Capacity:
-    """This machine: usable cores and available memory."""
+    """This machine: usable cores, CUDA devices and available memory."""
     try:
         memory = mem_available(Path("/proc/meminfo").read_text())
     except OSError:
         memory = None
     return Capacity("local", "this machine", cores=usable_cores(), memory_bytes=memory,
-                    memory_source="available (MemAvailable, /proc/meminfo)")
+                    memory_source="available (MemAvailable, /proc/meminfo)", gpus=cuda_devices())
 
 
 def smallest_node_memory(sinfo_output: str) -> int | None:
