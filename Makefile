@@ -13,7 +13,7 @@ help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
 	@echo "make demo    run the demo suite on this machine and write reports/demo/index.html"
 	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~2.75 h on 2 cores)"
-	@echo "make reproduce-regime  (root) only the regime-matched entries (C2, C3, C7, C8 + C16 context): reports/reproduce-regime/ (~30 min)"
+	@echo "make reproduce-regime  (root) only the regime-matched entries (C2, C3, C7, C8): reports/reproduce-regime/ (~30 min)"
 	@echo "make test    run the whole test suite (set HPCBENCH_REQUIRE_INTEGRATION=1 to forbid skips)"
 	@echo "make bench   run the benchmarks (ratios measured side by side, not tests)"
 	@echo "make bench-cluster   the benchmarks on the emulated SLURM cluster (root)"
@@ -49,7 +49,7 @@ REPRODUCE_ARGS ?=
 reproduce: setup
 	$(PY) -m hpcbench.reproduce --nics $(NICS) --report reports/reproduce $(REPRODUCE_ARGS)
 
-# Only the entries judged in the guide's regime (C2, C3, C7, C8, with C16's busbw context): ~30 min.
+# Only the entries calibrated to the guide's regime (C2, C3, C7, C8: regime or link_regime guide): ~30 min.
 reproduce-regime: setup
 	$(PY) -m hpcbench.reproduce --nics $(NICS) --only regime --report reports/reproduce-regime $(REPRODUCE_ARGS)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.run.interrupt import RunInterrupted
@@ -313,26 +313,24 @@ def cmd_affinity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    """argparse type of counts such as --jobs: 0 or -3 would otherwise pass and mean 'no cap' or 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type of whole numbers >= ``minimum``; the error names the text or the bound."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    """argparse type of --retries: 0 (the default, no retry) or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
+#: argparse type of counts such as --jobs: 0 or -3 would otherwise pass and mean 'no cap' or 1.
+_positive_int = _int_at_least(1)
+#: argparse type of --retries: 0 (the default, no retry) or more.
+_non_negative_int = _int_at_least(0)
 
 
 def package_version() -> str:

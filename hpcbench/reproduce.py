@@ -73,10 +73,18 @@ def recorded_link_rate(run_dir: Path) -> str:
     raise HpcbenchError(f"{run_dir} records no shaped link rate (fact.link_rate_bps); pass --link-rate")
 
 
-#: ``make reproduce-regime``: the entries whose verdicts are judged in the guide's regime (C2, C3, C7, C8),
-#: with C16's busbw context that states the link; ~30 min on 2 cores where the whole suite takes ~2.8 h.
-REGIME_ENTRIES = ("collectives.two_nodes", "comm_modes.modes", "batch_scaling.resnet_tiny_two_nodes",
-                  "gradient_compression.weather_tiny", "weather_case.weather_tiny")
+#: The parameters by which a task asks to be judged in the guide's regime (its link calibrated first).
+REGIME_PARAMS = ("regime", "link_regime")
+
+
+def regime_entries(suite) -> list[str]:
+    """The ``experiment.variant`` entries of ``suite`` whose tasks calibrate to the guide's regime.
+
+    Read from the tasks' resolved parameters (``regime: guide`` or ``link_regime: guide``, a default
+    included), so the suite file stays the one place that says which entries those are.
+    """
+    return list(dict.fromkeys(f"{t.experiment}.{t.variant}" for t in suite.tasks
+                              if any(t.params.get(p) == "guide" for p in REGIME_PARAMS)))
 
 
 def select_entries(suite, entries: list[str]):
@@ -116,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nics", type=int, default=8, help="InfiniBand NICs per 8-GPU node on the guide's platform "
                                                         "(8: ratio 1:12; 1: ratio 1:96)")
     ap.add_argument("--suite", default="reproduce", help="suite name or YAML path (default: reproduce)")
-    ap.add_argument("--only", metavar="EXP.VARIANT,...", help="run only these entries of the suite "
-                    "(`regime`: the regime-matched ones, " + ", ".join(REGIME_ENTRIES) + ")")
+    ap.add_argument("--only", metavar="EXP.VARIANT,...", help="run only these entries of the suite (`regime`: "
+                    "those whose tasks calibrate the link to the guide's regime, regime or link_regime: guide)")
     ap.add_argument("--out", default="results", help="parent folder of the run dir")
     ap.add_argument("--report", default="reports/reproduce", help="report folder")
     ap.add_argument("--state", default="/tmp/hpcbench-reproduce", help="the emulated cluster's state dir")
@@ -128,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     guide_ratio(args.nics)  # a bad --nics fails before anything starts
     suite = load_suite(args.suite)
     if args.only:
-        only = list(REGIME_ENTRIES) if args.only == "regime" else [e.strip() for e in args.only.split(",") if e.strip()]
+        only = regime_entries(suite) if args.only == "regime" else [e.strip() for e in args.only.split(",") if e.strip()]
         suite = select_entries(suite, only)
     if args.resume:
         # The same link as the first attempt, or its launches would land in another group.

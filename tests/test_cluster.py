@@ -21,6 +21,7 @@ from hpcbench.cluster import (ClusterError, ClusterSpec, check_prerequisites, cl
                               cluster_up, load_cluster, reshape_links)
 from hpcbench.cluster import daemons, network
 from hpcbench.core.errors import ConfigError
+from hpcbench.core.tc import qdisc_of_kind
 
 pytestmark = pytest.mark.integration
 
@@ -219,9 +220,11 @@ def test_link_delay_is_added_or_refused_clearly(emulated_cluster):
         assert load_cluster(info.state_dir).spec.link_delay == info.spec.link_delay
         return
     try:
-        qdiscs = subprocess.run(["tc", "qdisc", "show", "dev", info.nodes[0].veth_host], capture_output=True,
-                                text=True, timeout=10).stdout
-        assert "netem" in qdiscs and "delay 2ms" in qdiscs, qdiscs
+        qdiscs = network.read_qdiscs(info.nodes[0].veth_host)
+        netem, tbf = qdisc_of_kind(qdiscs, "netem"), qdisc_of_kind(qdiscs, "tbf")
+        # the delay at the root, the rate's token bucket below it, unchanged
+        assert netem and netem.parent == "root" and netem.delay_s == pytest.approx(2e-3), qdiscs
+        assert tbf and tbf.parent == "1:1" and tbf.rate_bps == info.spec.link_rate_bits, qdiscs
         proc = _srun(info, "-w", "n1", "ping", "-c", "3", "-i", "0.2", "n2", timeout=30)
         assert "time=" in proc.stdout
         rtts = [float(part.split("=")[1]) for part in proc.stdout.split() if part.startswith("time=")]

@@ -1,4 +1,8 @@
-"""The scale model at the guide's scale (C2, C3, C7, C8, C9): finite, inputs shown, sensible directions."""
+"""The scale model at the guide's scale (C2, C3, C7, C8, C9): finite, inputs shown, sensible directions.
+
+Each claim's predictor lives in the experiment that rules on it and takes its measured inputs from
+the scale model's launches (the SPEC's ``prediction_inputs``).
+"""
 
 from __future__ import annotations
 
@@ -8,32 +12,68 @@ import re
 import pandas as pd
 import pytest
 
-from hpcbench.core.errors import ConfigError, RegistryError
+from hpcbench.core.errors import ConfigError
 from hpcbench.core.facts import GUIDE_C3_GPT2, GUIDE_C3_RESNET
-from hpcbench.guide.claims import get_claim
+from hpcbench.experiments import EXPERIMENTS, rule_owners
+from hpcbench.experiments.batch_scaling.prediction import predict_c2
+from hpcbench.experiments.comm_modes.prediction import predict_c3
+from hpcbench.experiments.gradient_compression.prediction import predict_c8
+from hpcbench.experiments.overlap.prediction import predict_c9
+from hpcbench.experiments.weather_case.prediction import predict_c7
+from hpcbench.guide.claims import ClaimError, get_claim
 from hpcbench.judge.evidence import Evidence
-from hpcbench.scale.guide_scale import (GUIDE_NODES, GUIDE_PREDICTORS, NIC_COUNTS, MeasuredInputs, params_for_comm,
-                                        predict_c3, predict_c7, predict_c8, predict_c9, predict_claim, predictor,
+from hpcbench.report.ledger import evaluate_claim, prediction_owners
+from hpcbench.scale.guide_scale import (GUIDE_NODES, NIC_COUNTS, MeasuredInputs, params_for_comm, predictor,
                                         weather_params)
 from hpcbench.scale.platforms import PUBLISHED_THROUGHPUT, get_platform, published_throughput
 from hpcbench.scale.predict import predict_step
 
-CLAIMS = ("C2", "C3", "C7", "C8", "C9")
+#: The claims the scale model predicts at the guide's scale besides its own C1, each by its ruling experiment.
+PREDICT = {"C2": predict_c2, "C3": predict_c3, "C7": predict_c7, "C8": predict_c8, "C9": predict_c9}
+CLAIMS = tuple(PREDICT)
+#: The experiment whose launches measure the predictions' inputs.
+MEASURES_INPUTS = "scale_model"
 
 
 def _evidence(summaries: pd.DataFrame) -> Evidence:
     return Evidence(experiment="any", summaries=summaries, launches=pd.DataFrame(), records=pd.DataFrame())
 
 
-def test_one_predictor_per_claim_of_the_issue():
-    assert GUIDE_PREDICTORS.names() == list(CLAIMS)
-    with pytest.raises(RegistryError, match="C3"):
-        predictor("C4")
+def test_each_claims_predictor_is_registered_by_the_experiment_that_rules_on_it():
+    predicted, ruled = prediction_owners(), rule_owners()
+    assert set(CLAIMS) | {"C1"} <= set(predicted)
+    for claim_id, owners in predicted.items():
+        assert owners == ruled.get(claim_id), (claim_id, owners, ruled.get(claim_id))
+    for claim_id in CLAIMS:
+        spec = EXPERIMENTS.get(ruled[claim_id][0])
+        assert spec.predictions[claim_id].__name__ == f"predict_{claim_id.lower()}_at_guide_scale"
+        assert spec.prediction_inputs == MEASURES_INPUTS
+    assert EXPERIMENTS.get(MEASURES_INPUTS).prediction_inputs is None  # C1: its own launches
+    # Whatever names whose evidence a SPEC's predictions take is registered.
+    assert all(EXPERIMENTS.get(n).prediction_inputs in (None, *EXPERIMENTS.names()) for n in EXPERIMENTS.names())
+    with pytest.raises(ClaimError, match="C17"):
+        predictor("C99", predict_c3)
+
+
+def test_the_ledger_gives_an_owners_predictor_the_scale_models_evidence():
+    summaries = {MEASURES_INPUTS: pd.DataFrame({"run_id": "r", "task_id": ["t1", "t2", "t3"],
+                                                "link_efficiency": [0.5, 0.6, 0.9]})}
+    records = pd.DataFrame({"run_id": "r", "task_id": ["t1", "t2", "t3"], "experiment": MEASURES_INPUTS,
+                            "variant": "v", "repetition": 0, "params": "{}", "metric": "x", "value": 1.0, "unit": "",
+                            "labels": "{}", "text": None, "node": "n", "step": 0})
+    for claim_id, predict in PREDICT.items():
+        row = evaluate_claim(claim_id, records, summaries=summaries)
+        expected = predict(measured=MeasuredInputs(link_efficiency=0.6, launches=3))
+        assert row.model_prediction == expected.describe() and row.model_headline == expected.headline
+        assert "link efficiency: 0.6 (measured, median of 3 launch(es))" in row.model_prediction
+        # The owner's own records carry no inputs: without the scale model's launches, platform data alone.
+        bare = evaluate_claim(claim_id, records.assign(experiment=row.experiment))
+        assert bare.model_prediction == predict().describe()
 
 
 @pytest.mark.parametrize("claim_id", CLAIMS)
 def test_each_prediction_is_finite_and_shows_its_inputs(claim_id):
-    p = predict_claim(claim_id)
+    p = PREDICT[claim_id]()
     assert p.claim_id == claim_id and p.values
     assert all(math.isfinite(v) for v in p.values.values()), p.values
     for nics in NIC_COUNTS:  # the guide does not say how many NICs: both ends are always shown
@@ -82,7 +122,7 @@ def test_a_platform_without_published_figures_falls_back_to_flops_and_says_so():
                                           ("C3", "gpt2_124M.hierarchical_step_s"), ("C9", "sync_ms"),
                                           ("C7", "ring_ms[320134656]"), ("C7", "tuned_comm_ms_low[10000000000]")])
 def test_more_nics_are_never_slower(claim_id, key):
-    values = [predict_claim(claim_id, nics_per_node=n).values[f"{key}@{n}"] for n in (1, 2, 4, 8)]
+    values = [PREDICT[claim_id](nics_per_node=n).values[f"{key}@{n}"] for n in (1, 2, 4, 8)]
     assert all(a >= b for a, b in zip(values, values[1:])), values
 
 
@@ -152,28 +192,29 @@ def test_measured_inputs_are_medians_of_the_evidence_columns():
 
 def test_predictor_adapts_to_a_spec_and_reads_the_evidence():
     summaries = pd.DataFrame({"run_id": ["a", "b"], "task_id": ["t", "t"], "link_efficiency": [0.8, 0.8]})
-    prediction = predictor("C8")(get_claim("C8"), _evidence(summaries))
+    prediction = predictor("C8", predict_c8)(get_claim("C8"), _evidence(summaries))
     text = prediction.describe()
     assert text.startswith("Model (a100_hdr") and "link efficiency: 0.8 (measured, median of 2 launch(es))" in text
     assert prediction.headline.endswith("GPT-2 124M, 8 NICs/node") and len(prediction.headline.split()) <= 8
-    assert predictor("C8")(get_claim("C8"), _evidence(pd.DataFrame())) == predict_c8()
+    assert predictor("C8", predict_c8)(get_claim("C8"), _evidence(pd.DataFrame())) == predict_c8()
+    assert predictor("C8", predict_c8, nics_per_node=1)(get_claim("C8"), None) == predict_c8(nics_per_node=1)
     with pytest.raises(ConfigError, match="C7"):
-        predictor("C3")(get_claim("C7"), _evidence(pd.DataFrame()))
+        predictor("C3", predict_c3)(get_claim("C7"), _evidence(pd.DataFrame()))
 
 
 def test_a_predictor_that_raises_gives_not_available_in_the_ledger_row():
     from hpcbench.core.config import Config
-    from hpcbench.experiments import EXPERIMENTS, Experiment, register
-    from hpcbench.report.ledger import evaluate_claim
+    from hpcbench.experiments import Experiment, register
 
     register(Experiment(name="zz_guide_scale", notebook="zz.ipynb", config=Config, description="test",
-                        predictions={"C3": predictor("C3", nics_per_node=0), "C9": predictor("C9")}))
+                        predictions={"C3": predictor("C3", predict_c3, nics_per_node=0),
+                                     "C9": predictor("C9", predict_c9)}))
     try:
         records = pd.DataFrame(columns=["experiment"])
         broken, fine = evaluate_claim("C3", records), evaluate_claim("C9", records)
     finally:
         EXPERIMENTS._items.pop("zz_guide_scale", None)
-    # Other experiments (the scale_model's SPEC) may predict these claims too: their texts are joined.
+    # The experiments that rule on these claims predict them too: their texts are joined.
     assert "model: not available (ConfigError: guide_scale.nics_per_node: 0 is out of range" in broken.model_prediction
     assert broken.verdict == "not measured yet"
     assert broken.predicted.endswith("Guide's arithmetic: " + get_claim("C3").predicted)

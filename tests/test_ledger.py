@@ -5,8 +5,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +13,7 @@ import pytest
 import hpcbench
 from hpcbench.core import facts, units
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.experiments import EXPERIMENTS, load_all, rule_owners
+from hpcbench.experiments import EXPERIMENTS, rule_owners
 from hpcbench.guide.claims import CLAIMS, KINDS, ClaimError, get_claim
 from hpcbench.judge.evidence import NO_VALUE, VERDICTS, verdict_words
 from hpcbench.report.ledger import evaluate_claim, evaluate_claims
@@ -195,13 +193,45 @@ def test_a_raising_predictor_gives_not_available_and_the_rest_of_the_ledger_stan
 
 
 def test_the_guide_scale_model_reads_measured_inputs_through_the_extension_point(predicting_experiment):
+    from hpcbench.experiments.gradient_compression.prediction import predict_c8
     from hpcbench.scale.guide_scale import predictor
 
-    EXPERIMENTS.get(PREDICTOR).predictions["C8"] = predictor("C8")
+    EXPERIMENTS.get(PREDICTOR).predictions["C8"] = predictor("C8", predict_c8)
     row = evaluate_claim("C8", _rows(PREDICTOR, {"t1": 0.5, "t2": 0.6, "t3": 0.9}))
     assert row.model_prediction.startswith("Model (a100_hdr, inputs: ")
     assert "link efficiency: 0.6 (measured, median of 3 launch(es))" in row.model_prediction
     assert row.predicted.endswith(get_claim("C8").predicted)
+
+
+def test_a_spec_takes_its_predictions_inputs_from_the_experiment_it_names(predicting_experiment):
+    from hpcbench.core.config import Config
+    from hpcbench.experiments import Experiment, register
+    from hpcbench.report.ledger import prediction_owners
+
+    seen = []
+
+    def c16(claim, evidence):
+        seen.append(evidence)
+        return f"Model (test): {claim.id} from {evidence.experiment}, {len(evidence.launches)} launch(es)"
+
+    register(Experiment(name="zz_borrower", notebook="zz.ipynb", config=Config, description="throw-away",
+                        predictions={"C16": c16}, prediction_inputs=PREDICTOR))
+    register(Experiment(name="zz_lender_unknown", notebook="zz.ipynb", config=Config, description="throw-away",
+                        predictions={"C10": c16}, prediction_inputs="zz_nobody"))
+    try:
+        assert prediction_owners()["C16"] == ["zz_borrower"]
+        records = pd.concat([_rows(PREDICTOR, {"t1": 0.5, "t2": 0.7}), _rows("zz_borrower", {"t9": 1.0})])
+        row = evaluate_claim("C16", records)
+        # The named experiment's evidence, summarised by its own summarize; none of the borrower's launches.
+        assert row.model_prediction == f"Model (test): C16 from {PREDICTOR}, 2 launch(es)"
+        assert sorted(seen[-1].summaries["link_efficiency"]) == [0.5, 0.7]
+        # A name the registry does not hold is that prediction's error, never a broken ledger.
+        unknown = evaluate_claim("C10", records)
+        assert unknown.model_prediction.startswith("model: not available (RegistryError: ")
+        assert "zz_nobody" in unknown.model_prediction
+    finally:
+        EXPERIMENTS._items.pop("zz_borrower", None)
+        EXPERIMENTS._items.pop("zz_lender_unknown", None)
 
 
 def test_evidence_is_summarised_once_per_experiment_and_one_claim_cannot_change_it_for_another(
@@ -379,90 +409,6 @@ def test_no_import_cycles():
     for name in sorted(modules):
         if name not in state:
             visit(name)
-
-
-TRIVIAL = '''"""A throw-away experiment: one package is all it takes."""
-
-from dataclasses import dataclass
-
-import pandas as pd
-
-from hpcbench.core.config import Config, param
-from hpcbench.experiments import Experiment, register
-from hpcbench.judge.evidence import Judgement
-
-
-@dataclass
-class TrivialConfig(Config):
-    n: int = param(3, "how many values to write", min=1)
-
-
-def summarize(records):
-    rows = records[records["metric"] == "value"]
-    return pd.DataFrame([{"n": len(rows), "samples": tuple(rows["value"])}])
-
-
-def rule(claim, evidence):
-    n = int(evidence.summaries["n"].sum())
-    return Judgement("inconclusive", f"{n} values", "a throw-away rule")
-
-
-SPEC = register(Experiment(name="zz_trivial", notebook="99_zz_trivial.ipynb", config=TrivialConfig,
-                           description="throw-away", summarize=summarize, rules={"C13": rule}))
-'''
-
-
-def _notebook(params_src: str, code: str):
-    import nbformat
-
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "hpcbench", "display_name": "hpcbench (Python 3)", "language": "python"}
-    cell = nbformat.v4.new_code_cell(params_src)
-    cell.metadata["tags"] = ["parameters"]
-    nb.cells = [cell, nbformat.v4.new_code_cell(code)]
-    return nb
-
-
-@pytest.mark.slow
-def test_adding_an_experiment_is_one_package_and_one_notebook(tmp_path, monkeypatch):
-    """Files touched to add an experiment: its package and its notebook, nothing shared."""
-    import nbformat
-    import papermill as pm
-
-    from hpcbench.core.results import find_record_files, read_records
-    from hpcbench.run.task import CONTEXT_DEFAULTS
-
-    package = PACKAGE / "experiments" / "zz_trivial"
-    notebooks = tmp_path / "notebooks"
-    shutil.copytree(PACKAGE.parent / "notebooks", notebooks)
-    params = "n = 3\n" + "".join(f"{k} = {v!r}\n" for k, v in CONTEXT_DEFAULTS.items())
-    code = ('from hpcbench.run.task import Task\n'
-            'task = Task.from_namespace("zz_trivial", globals())\n'
-            'with task.writer() as w:\n'
-            '    for k in range(task.config.n):\n'
-            '        w.add("value", float(k), "", step=k)\n')
-    nbformat.write(_notebook(params, code), notebooks / "99_zz_trivial.ipynb")
-    monkeypatch.setenv("HPCBENCH_NOTEBOOKS", str(notebooks))
-    _disown(monkeypatch, "C13")  # each claim has one owner: the throw-away experiment takes C13 for this test
-    package.mkdir()
-    try:
-        (package / "__init__.py").write_text(TRIVIAL)
-        load_all()
-        spec = EXPERIMENTS.get("zz_trivial")
-        assert rule_owners()["C13"] == ["zz_trivial"]
-        out = tmp_path / "task"
-        pm.execute_notebook(str(spec.notebook_path()), str(tmp_path / "out.ipynb"),
-                            parameters={"n": 4, "output_dir": str(out)}, kernel_name="hpcbench", progress_bar=False)
-        records = pd.concat([read_records(p) for p in find_record_files(out)], ignore_index=True)
-        row = evaluate_claim("C13", records)
-        assert row.measured == "4 values" and row.experiment == "zz_trivial"
-        saved = json.loads((out / "config.json").read_text())
-        assert saved["config"] == {"n": 4}
-    finally:
-        shutil.rmtree(package, ignore_errors=True)
-        EXPERIMENTS._items.pop("zz_trivial", None)
-        for mod in [m for m in sys.modules if m.startswith("hpcbench.experiments.zz_trivial")]:
-            del sys.modules[mod]
 
 
 def test_facts_match_the_libraries_they_describe():

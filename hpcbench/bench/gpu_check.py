@@ -468,10 +468,10 @@ def check_prefetch(ctx: CheckContext) -> CheckResult:
 
 # NCCL at world size 1, in a fresh process ------------------------------------------------------
 
-def nccl_world1_worker(backend: str) -> None:
-    """Child process: a world of 1 on ``backend``; checks all_reduce, all_gather, broadcast values.
+def _init_world1(backend: str) -> Any:
+    """A process group of this process alone on ``backend`` (env:// rendezvous); the device its tensors use.
 
-    Reads MASTER_ADDR/MASTER_PORT from the environment; prints one ``RESULT_PREFIX`` JSON line.
+    On NCCL the group is bound to GPU 0 (``device_id``), so its communicator is made for that device.
     """
     from datetime import timedelta
 
@@ -486,6 +486,18 @@ def nccl_world1_worker(backend: str) -> None:
         extra["device_id"] = device
     dist.init_process_group(backend, init_method="env://", rank=0, world_size=1,
                             timeout=timedelta(seconds=60), **extra)
+    return device
+
+
+def nccl_world1_worker(backend: str) -> None:
+    """Child process: a world of 1 on ``backend``; checks all_reduce, all_gather, broadcast values.
+
+    Reads MASTER_ADDR/MASTER_PORT from the environment; prints one ``RESULT_PREFIX`` JSON line.
+    """
+    import torch
+    import torch.distributed as dist
+
+    device = _init_world1(backend)
     try:
         source = torch.arange(1 << 20, dtype=torch.float32, device=device)
         reduced = source.clone()
@@ -566,8 +578,6 @@ def hooks_world1_worker(backend: str) -> None:
     exchange between ranks needs 2 GPUs (NCCL refuses two ranks on one device): it is tested
     on CPU ranks with gloo (tests/test_compression.py). Prints one ``RESULT_PREFIX`` JSON line.
     """
-    from datetime import timedelta
-
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -576,13 +586,7 @@ def hooks_world1_worker(backend: str) -> None:
     from hpcbench.parallel.hooks import all_gather_async
     from hpcbench.parallel.overlap import accumulation_step
 
-    extra, device = {}, torch.device("cpu")
-    if backend == "nccl":
-        torch.cuda.set_device(0)
-        device = torch.device("cuda", 0)
-        extra["device_id"] = device
-    dist.init_process_group(backend, init_method="env://", rank=0, world_size=1,
-                            timeout=timedelta(seconds=60), **extra)
+    device = _init_world1(backend)
     try:
         checks: dict[str, bool] = {}
         gen = torch.Generator(device="cpu").manual_seed(0)

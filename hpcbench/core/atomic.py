@@ -98,4 +98,17 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", *, encoding: str = "
         raise
 
 
-__all__ = ["atomic_write", "current_umask", "file_mode"]
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush the folder ``path`` itself to the disk: the names created, renamed or removed in it.
+
+    A file's own fsync leaves its name in the folder to the kernel's cache; a crash can then lose a
+    rename that had already returned. Needed after renaming a finished folder into place.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["atomic_write", "current_umask", "file_mode", "fsync_dir"]

@@ -4,6 +4,12 @@ Three kinds: limits and defaults of the software we drive (NCCL, PyTorch DDP), l
 rates of the hardware the guide names (vendor data sheets), and the guide's own figures
 (digested in hpcbench/guide/README.md, checked against the Chinese original). Code that needs one of these
 imports it from here; a literal 4096 or 3.2 elsewhere is a bug waiting to disagree.
+
+Of the guide's figures, only those a lower layer reads live here: the guide's own arithmetic
+(:mod:`hpcbench.guide.claims`), a technique's thresholds or defaults (the monitor's C6 alerts, the
+practice gate's C12 limits, the advisor's C9 micro-steps, the scale model's weather step). A figure
+only one experiment reads lives in that experiment's package, beside the rules that judge its claim
+(C4's idle share in ``io_formats``, C11's intervals and C15's tries in ``fault_tolerance``).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ LINK_PEAKS_GBPS = {
 #: GPUs per node on the guide's platform (C16: "8 x A100").
 GUIDE_GPUS_PER_NODE = 8
 
-# -- the guide's figures (hpcbench/guide/README.md) ---------------------------------------------
+# -- the guide's figures a lower layer reads (hpcbench/guide/README.md) -------------------------------
 GUIDE_C3_RESNET = (12_500, 18_700, 49.6)   # DDP, Hybrid images/s, stated gain %
 GUIDE_C3_GPT2 = (8_200, 11_500, 40.2)      # DDP, Hybrid tokens/s, stated gain %
 GUIDE_C7_STEP_MS = (420, 310, 132)         # original, comm-tuned, full optimisation
@@ -46,14 +52,10 @@ GUIDE_C7_UTIL = (0.61, 0.75, 0.92)
 GUIDE_C7_SPEEDUP = 3.2                     # "3.2x faster"
 GUIDE_C2_GAIN = 2.20                       # "+220 %" per-GPU throughput, i.e. 3.2x
 GUIDE_C2_BATCH_FACTOR = 4                  # "batch > 4x the cloud batch"
-GUIDE_C4_IDLE = 0.65                       # "GPUs idle 65 % of the time"
 GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES = 2, 4 << 20
 GUIDE_C9_MICRO_STEPS = 4                   # "4 micro-steps" under no_sync(), then one synchronisation
 GUIDE_C10_NCCL_SETTINGS = {"NCCL_ALGO": "Tree", "NCCL_NSOCKS_PERTHREAD": "4",
                            "NCCL_SOCKET_NTHREADS": "8", "NCCL_BUFFSIZE": "4194304"}
-GUIDE_C11_FULL_EVERY_S = 3600              # "full training state every hour"
-GUIDE_C11_LIGHT_EVERY_S = 600              # "a light checkpoint every 10 minutes"
-GUIDE_C15_TRIES = 3                        # srun rerun "up to 3 times": retry from 0 while < 3
 # C6 (guide sec. 2.4, "Wrong monitoring metrics"): the guide's four alert thresholds.
 GUIDE_C6_SM_EFFICIENCY_MIN = 0.80          # "GPU SM efficiency (DCGM) > 80 %"
 GUIDE_C6_IB_RETRANS_MAX = 0.001            # "IB retransmission rate (IB counters) < 0.1 %"

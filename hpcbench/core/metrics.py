@@ -46,6 +46,18 @@ def busbw_factor(op: str, nranks: int) -> float:
     return BUSBW_FACTORS.get(op)(nranks)
 
 
+def size_sweep(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """Geometric message sizes from ``min_bytes`` up to and including ``max_bytes`` when reached.
+
+    nccl-tests' ``-b min -e max -f factor``: each size ``factor`` times the one before.
+    """
+    sizes, s = [], int(min_bytes)
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
 def allreduce_bytes_sent(nbytes: float, ranks: int) -> float:
     """Bytes one rank sends in a bandwidth-optimal ring all-reduce of ``nbytes``: 2 (N-1)/N x S.
 

@@ -128,6 +128,15 @@ def distributed_resources(cfg: Any) -> Resources:
     return Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node, gpu=cfg.backend == "nccl")
 
 
+def config_resources(cfg: Any) -> Resources:
+    """The default: :func:`distributed_resources` for a distributed config, else :func:`single_process`.
+
+    The config's type already says whether the experiment spreads over ranks, so a spec names its
+    resources only when they differ (scaling's largest stage).
+    """
+    return distributed_resources(cfg) if isinstance(cfg, DistributedConfig) else single_process(cfg)
+
+
 @dataclass(frozen=True)
 class Experiment:
     """Everything the shared modules need to know about one experiment."""
@@ -143,10 +152,15 @@ class Experiment:
     """Claim id -> rule(claim, evidence) -> :class:`hpcbench.judge.evidence.Judgement`."""
     predictions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Claim id -> predictor(claim, evidence) -> text, or an object with ``describe()`` (the text) and
-    ``headline`` (one number and its main assumption, for the ledger's summary row): what the experiment's
-    model predicts at the guide's scale (the ledger's predicted column). A claim may be ruled by one
-    experiment and predicted by another; the evidence is the predicting experiment's own, possibly with
-    no launches."""
+    ``headline`` (one number and its main assumption, for the ledger's summary row): what the model
+    predicts at the guide's scale (the ledger's predicted column). An experiment predicts the claims it
+    rules on (``prediction.py`` beside ``rules.py``); the evidence, possibly with no launches, is that
+    of :attr:`prediction_inputs`."""
+    prediction_inputs: str | None = None
+    """The experiment whose evidence the :attr:`predictions` are given, where their measured inputs come
+    from another's launches (weather_case's C7 prediction takes the link efficiency measured by
+    ``scale_model``); None: this experiment's own. A name, not an import: experiments do not import each
+    other, and the ledger looks it up in the registry."""
     context_claims: tuple[str, ...] = ()
     """Claims the experiment informs without judging them (C16's inventory)."""
     regimes: Mapping[str, Any] = field(default_factory=dict)
@@ -158,7 +172,7 @@ class Experiment:
     """The presenter needs the experiment's raw rows (small inventories only)."""
     reads: tuple[str, ...] = ()
     """Other experiments whose records the rules read (collectives' C16 reads the environment's)."""
-    resources: Callable[[Any], Resources] = single_process
+    resources: Callable[[Any], Resources] = config_resources
     estimate: Callable[[Any], Estimate] = baseline_estimate
     """config -> :class:`Estimate` of one task: what the runner checks against the machine's limits."""
     toy: Mapping[str, Any] = field(default_factory=dict)

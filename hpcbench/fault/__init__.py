@@ -10,6 +10,8 @@
 * :mod:`hpcbench.fault.inject` — breaking things on purpose: every fault the tests and the
   experiments inject (links, storage, CPUs, processes, nodes, shards, disks), one module per
   kind, and the one helper that applies, records and always undoes them.
+* :mod:`hpcbench.fault.phases` — a training task with one injected fault per phase on its last
+  node: the config, start, timed loop and checks of the experiments that run it.
 
 Importing this package imports nothing else (no torch), so the job wrapper stays cheap.
 """

@@ -51,7 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from hpcbench.core.atomic import atomic_write, current_umask
+from hpcbench.core.atomic import atomic_write, current_umask, fsync_dir
 from hpcbench.core.config import Config, param
 from hpcbench.core.errors import CheckpointError
 from hpcbench.data.manifest import sha256_file
@@ -192,14 +192,6 @@ _ZSTD_CONTENTSIZE_UNKNOWN = 2**64 - 1
 
 def _hostname() -> str:
     return socket.gethostname() or "unknown"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _delete_dir(path: Path) -> None:
@@ -408,13 +400,13 @@ class CheckpointManager:
             with atomic_write(tmp / MANIFEST, "w") as fh:
                 json.dump(manifest, fh, indent=1)
                 fh.write("\n")
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             if final.exists():
                 # the same step saved again (a rerun of the same job): swap, then drop the old one
                 _delete_dir(final)
             os.rename(tmp, final)
             tmp = None
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except OSError as exc:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hpcbench.core.atomic import fsync_dir
 from hpcbench.core.errors import CheckpointError
 
 __all__ = ["ShardedSave", "save_sharded", "load_sharded", "model_optimizer_state", "apply_model_optimizer_state"]
@@ -56,14 +57,6 @@ def _quiet_single_process():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
         yield
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_sharded(state_dict: dict[str, Any], folder: str | os.PathLike) -> ShardedSave:
@@ -94,11 +87,11 @@ def save_sharded(state_dict: dict[str, Any], folder: str | os.PathLike) -> Shard
         raise CheckpointError(f"torch.distributed.checkpoint save failed: {exc}", path=folder) from exc
     # dcp.save returns on every rank only after the coordinator wrote .metadata
     if lead:
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if folder.exists():
             shutil.rmtree(folder)
         os.rename(tmp, folder)
-        _fsync_dir(folder.parent)
+        fsync_dir(folder.parent)
     if _distributed():
         dist.barrier()
     seconds = time.perf_counter() - t0

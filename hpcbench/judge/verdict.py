@@ -376,7 +376,11 @@ def judge_family(intervals: Sequence[Interval], pvalues: Sequence[tuple[float, f
 
 def combine(outcomes: Sequence[Outcome]) -> str:
     """A claim made of several required parts: reproduced if all are, not reproduced if any is not."""
-    verdicts = [o.verdict for o in outcomes]
+    return combine_verdicts([o.verdict for o in outcomes])
+
+
+def combine_verdicts(verdicts: Sequence[str]) -> str:
+    """:func:`combine` of the parts' verdicts alone: inconclusive when there are none, or some are and none fails."""
     if not verdicts:
         return INCONCLUSIVE
     if NOT_REPRODUCED in verdicts:

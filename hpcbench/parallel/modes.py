@@ -16,7 +16,7 @@ import no parallelism, see :mod:`hpcbench.models`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from hpcbench.core.errors import ConfigError, HpcbenchError
 from hpcbench.core.registry import Registry
@@ -152,6 +152,22 @@ def check_layout(mode: str, topo: Topology, world_size: int) -> CommMode:
     if problem:
         raise ConfigError(problem, field="topology", config=mode)
     return spec
+
+
+def modes_layout_problem(modes: Sequence[str], nodes: int, ranks_per_node: int) -> tuple[str, str] | None:
+    """Why data parallelism in each of ``modes`` cannot run on ``nodes`` x ``ranks_per_node``, for a config's error.
+
+    Returns:
+        (the config field to blame, why): fewer than 2 ranks in all (``ranks_per_node``), or the first
+        mode that cannot use the layout (``modes``); None when every mode can.
+    """
+    if nodes * ranks_per_node < 2:
+        return "ranks_per_node", "data parallelism needs at least 2 ranks in all (nodes x ranks_per_node)"
+    for mode in modes:
+        problem = MODES.get(mode).layout_problem(nodes, ranks_per_node)
+        if problem:
+            return "modes", f"{mode!r} {problem}"
+    return None
 
 
 #: Modes a gradient compression can be combined with: plain DDP (compress over the world) and the

@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
@@ -130,6 +130,15 @@ class Section:
         if not self.id:
             self.id = slug(self.title)
 
+    def add(self, *parts: Table | Figure | None) -> None:
+        """Append each table to :attr:`tables` and each figure to :attr:`figures`, in order; a None (a
+        part with nothing to show, as :func:`text_table` returns for no rows) is left out."""
+        for part in parts:
+            if isinstance(part, Figure):
+                self.figures.append(part)
+            elif part is not None:
+                self.tables.append(part)
+
 
 @dataclass
 class ExperimentData:
@@ -194,6 +203,46 @@ def image_of(fig, fmt: str = "svg") -> str:
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "hpcbench"}):
         fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def mark_empty(axes: Iterable[Any], text: str = "no measurements") -> None:
+    """``text`` in the middle of each of ``axes``: a panel with nothing to draw says so rather than stay blank."""
+    for ax in axes:
+        ax.text(0.5, 0.5, text, ha="center", va="center")
+
+
+def panels_figure(draw: Callable[[list], None], *, title: str, panels: int = 2,
+                  figsize: tuple[float, float] = (11, 4.2), rows: Any = None, grid: bool = False):
+    """An experiment's notebook figure: ``panels`` axes side by side, drawn by ``draw(axes)``, under ``title``.
+
+    pyplot is imported here, on call, not by the modules that use it: inside a kernel the inline
+    backend shows the figure (no ``matplotlib.use()``), while the report draws the same panels on bare
+    Figures in worker threads, where pyplot's state must stay out.
+
+    Args:
+        draw: fills the axes (a list, left to right).
+        title: the figure's title.
+        panels, figsize: how many axes, and the figure's size in inches.
+        rows: what the figure shows; when given and empty, each panel says "no measurements" instead
+            and the figure has no title.
+        grid: a light grid on every panel, once drawn.
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, panels, figsize=figsize)
+    axes = list(axes)
+    if rows is not None and not len(rows):
+        mark_empty(axes)
+        return fig
+    draw(axes)
+    if grid:
+        for ax in axes:
+            ax.grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
 
 def legend_below(ax, ncol: int = 2) -> None:

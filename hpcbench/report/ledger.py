@@ -21,10 +21,12 @@ measured yet*. Evaluating a claim:
    standard of :mod:`hpcbench.judge.verdict`; a rule that raises gives "inconclusive" with the error,
    so one broken rule never takes the ledger down.
 5. **Prediction.** Every experiment whose SPEC predicts the claim
-   (:attr:`hpcbench.experiments.Experiment.predictions`) is asked what its model predicts at
-   the guide's scale, with its own evidence (possibly no launches: a prediction works from
-   platform data alone). The row's ``predicted`` is that text followed by the guide's own
-   arithmetic; a predictor that raises gives "model: not available (...)", never a broken ledger.
+   (:attr:`hpcbench.experiments.Experiment.predictions`) is asked what the model predicts at
+   the guide's scale, with the evidence of the experiment its SPEC names in
+   :attr:`~hpcbench.experiments.Experiment.prediction_inputs` (whose launches measure the model's
+   inputs), or its own (possibly no launches: a prediction works from platform data alone). The
+   row's ``predicted`` is that text followed by the guide's own arithmetic; a predictor that
+   raises gives "model: not available (...)", never a broken ledger.
 
 **Kinds.** Every row names its claim's kind (:data:`hpcbench.guide.claims.KINDS`) and reads
 its verdict in that kind's words (:func:`~hpcbench.judge.evidence.verdict_words`).
@@ -89,8 +91,9 @@ def model_prediction(claim: Claim | str, records: pd.DataFrame, *,
                      cache: dict[str, Evidence] | None = None) -> str:
     """What the models of every experiment predicting ``claim`` say at the guide's scale; ``""`` when none does.
 
-    Each predictor gets its own experiment's evidence (possibly with no launches). One that
-    raises gives ``"model: not available (<error>)"``: one broken model never takes the ledger down.
+    Each predictor gets the evidence of its SPEC's ``prediction_inputs``, else of its own experiment
+    (possibly with no launches). One that raises gives ``"model: not available (<error>)"``: one
+    broken model never takes the ledger down.
     Several predictions are joined with :data:`PREDICTION_SEPARATOR`.
     """
     return _model(claim, records, statuses=statuses, summaries=summaries, cache=cache)[0]
@@ -109,8 +112,9 @@ def _model(claim: Claim | str, records: pd.DataFrame, *, statuses: Mapping[tuple
     texts, headlines = [], []
     for owner in prediction_owners().get(claim.id, []):
         try:
-            evidence = _evidence(owner, records, statuses, summaries, cache)
-            prediction = EXPERIMENTS.get(owner).predictions[claim.id](claim, evidence)
+            spec = EXPERIMENTS.get(owner)
+            evidence = _evidence(spec.prediction_inputs or owner, records, statuses, summaries, cache)
+            prediction = spec.predictions[claim.id](claim, evidence)
             describe = getattr(prediction, "describe", None)
             text = str(describe() if callable(describe) else prediction)
             headlines.append(str(getattr(prediction, "headline", "") or ""))

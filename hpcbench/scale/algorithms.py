@@ -176,6 +176,22 @@ def _on_peers(stage: Stage, name: str, ranks_per_node: int) -> Stage:
                    ranks_per_node=ranks_per_node)
 
 
+def _intra_reduce_and_gather(total: float, ranks_per_node: int, via_allreduce: bool) -> tuple[Stage, Stage]:
+    """The intra-node stages around a hierarchical exchange, of the padded bucket's ``total`` bytes.
+
+    Reduce-scatter before and all-gather after; with ``via_allreduce`` (the hooks' CPU/gloo path)
+    an all-reduce of the whole bucket each.
+    """
+    one_node = dict(nodes=1, ranks_per_node=ranks_per_node)
+    if via_allreduce:
+        first = _on_intra(collective_cost("all_reduce", total, **one_node), "intra-node all-reduce (sum)")
+        last = _on_intra(collective_cost("all_reduce", total, **one_node), "intra-node all-reduce (gather)")
+    else:
+        first = _on_intra(collective_cost("reduce_scatter", total, **one_node), "intra-node reduce-scatter")
+        last = _on_intra(collective_cost("all_gather", total, **one_node), "intra-node all-gather")
+    return first, last
+
+
 def hierarchical_allreduce(n_elems: int, elem_bytes: int, *, nodes: int, ranks_per_node: int,
                            intra_via_allreduce: bool = False) -> list[Stage]:
     """The three stages of :func:`hpcbench.parallel.hooks.hierarchical_allreduce_`.
@@ -195,13 +211,7 @@ def hierarchical_allreduce(n_elems: int, elem_bytes: int, *, nodes: int, ranks_p
         return [_on_peers(ar, "inter-node all-reduce", 1)]
     total = padded_length(n_elems, ranks_per_node) * elem_bytes
     shard = total / ranks_per_node
-    one_node = dict(nodes=1, ranks_per_node=ranks_per_node)
-    if intra_via_allreduce:
-        first = _on_intra(collective_cost("all_reduce", total, **one_node), "intra-node all-reduce (sum)")
-        last = _on_intra(collective_cost("all_reduce", total, **one_node), "intra-node all-reduce (gather)")
-    else:
-        first = _on_intra(collective_cost("reduce_scatter", total, **one_node), "intra-node reduce-scatter")
-        last = _on_intra(collective_cost("all_gather", total, **one_node), "intra-node all-gather")
+    first, last = _intra_reduce_and_gather(total, ranks_per_node, intra_via_allreduce)
     stages = [first]
     if nodes > 1:
         ar = collective_cost("all_reduce", shard, nodes=nodes, ranks_per_node=1)
@@ -269,18 +279,12 @@ def quant2bit_allreduce(compressed_elems: int, *, nodes: int, ranks_per_node: in
                                             chunk_size=chunk_size)
     per = ranks_per_node
     total = padded_length(compressed_elems, per) * FP32_BYTES
-    one_node = dict(nodes=1, ranks_per_node=per)
     exchange = [_on_peers(s, s.name + " (node peers)", per)
                 for s in _quant2bit_exchange(total // FP32_BYTES // per, nodes=nodes, ranks_per_node=1,
                                              chunk_size=chunk_size)]
     if per == 1:
         return stages + exchange
-    if intra_via_allreduce:
-        first = _on_intra(collective_cost("all_reduce", total, **one_node), "intra-node all-reduce (sum)")
-        last = _on_intra(collective_cost("all_reduce", total, **one_node), "intra-node all-reduce (gather)")
-    else:
-        first = _on_intra(collective_cost("reduce_scatter", total, **one_node), "intra-node reduce-scatter")
-        last = _on_intra(collective_cost("all_gather", total, **one_node), "intra-node all-gather")
+    first, last = _intra_reduce_and_gather(total, per, intra_via_allreduce)
     return stages + [first, *exchange, last]
 
 

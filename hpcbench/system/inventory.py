@@ -433,6 +433,13 @@ def collect_slurm(probe: Probe) -> list[InventoryItem]:
 
 
 _NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader")
+_NVIDIA_SMI_SOURCE = " ".join(_NVIDIA_SMI)
+
+
+def _nvidia_smi_gpus(probe: Probe) -> tuple[str | None, list[dict[str, Any]]]:
+    """nvidia-smi's answer (None: not there) and the GPUs it lists. Raises CommandError when it fails."""
+    out = probe.run(*_NVIDIA_SMI)
+    return out, parse_nvidia_smi_gpus(out) if out else []
 
 
 @collector("nvidia_driver", "gpu")
@@ -441,15 +448,13 @@ def collect_nvidia_driver(probe: Probe) -> list[InventoryItem]:
     text = probe.read("/proc/driver/nvidia/version")
     if text is not None:
         return [_text("gpu", "driver", _parse_nvidia_driver(text), "/proc/driver/nvidia/version")]
-    source = " ".join(_NVIDIA_SMI)
     try:
-        out = probe.run(*_NVIDIA_SMI)
+        _, gpus = _nvidia_smi_gpus(probe)
     except CommandError as exc:
-        return [_text("gpu", "driver", f"error: {exc}", source)]
+        return [_text("gpu", "driver", f"error: {exc}", _NVIDIA_SMI_SOURCE)]
     # The /proc file is absent: say so unless nvidia-smi answers.
-    gpus = parse_nvidia_smi_gpus(out) if out else []
     return [_text("gpu", "driver", gpus[0]["driver"] if gpus else None,
-                  source if gpus else "/proc/driver/nvidia/version")]
+                  _NVIDIA_SMI_SOURCE if gpus else "/proc/driver/nvidia/version")]
 
 
 @collector("gpus", "gpu")
@@ -466,12 +471,11 @@ def collect_gpus(probe: Probe) -> list[InventoryItem]:
             items.append(InventoryItem("gpu", f"{i}.memory", f"{gib:.2f}", gib, "GiB",
                                        "torch.cuda.get_device_properties"))
         return items
-    source = " ".join(_NVIDIA_SMI)
+    source = _NVIDIA_SMI_SOURCE
     try:
-        out = probe.run(*_NVIDIA_SMI)
+        out, gpus = _nvidia_smi_gpus(probe)
     except CommandError as exc:
         return [_text("gpu", "count", f"error: {exc}", source)]
-    gpus = parse_nvidia_smi_gpus(out) if out else []
     if not gpus:
         reason = ABSENT if out is not None else probe.unavailable()
         return [_text("gpu", "count", reason, "torch.cuda, " + source)]

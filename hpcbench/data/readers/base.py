@@ -154,6 +154,48 @@ def loader_options(dataset: "ShardedImageDataset", batch_size: int) -> dict[str,
     return {"batch_size": batch_size, "collate_fn": collate_samples}
 
 
+class ShardReader(IterableDataset):
+    """What every reader of a sharded, checked and repaired data set shares: the epoch its workers
+    read, which of the consumers this process is, its shard files, and its event log's repairs and losses.
+
+    A subclass (:class:`ShardedImageDataset`, :class:`hpcbench.data.readers.weather.WeatherDataset`)
+    sets ``manifest``, ``rank``, ``world_size``, ``events``, ``access`` (its
+    :class:`~hpcbench.data.resilience.ShardAccess`) and ``_epoch``: a ``multiprocessing.RawValue("q")``,
+    shared with the DataLoader's workers (inherited at fork, passed at spawn), so that
+    :meth:`set_epoch` reaches persistent workers too.
+    """
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read in the order of ``epoch`` (call before each ``iter(loader)``, as with DistributedSampler).
+
+        It reaches the workers, persistent ones included.
+        """
+        self._epoch.value = epoch
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.value)
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        return [self.access.path(i) for i in range(len(self.manifest.shards))]
+
+    def repairs(self) -> list[dict[str, Any]]:
+        return self.events.read("repair")
+
+    def lost(self) -> list[dict[str, Any]]:
+        return self.events.read("lost")
+
+    def _consumer(self) -> tuple[int, int, int]:
+        """(this DataLoader worker, the workers of this rank, this reader among all ranks' workers).
+
+        Outside a DataLoader worker: ``(0, 1, rank)``.
+        """
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return worker, workers, self.rank * workers + worker
+
+
 @dataclass
 class RawSample:
     index: int
@@ -163,7 +205,7 @@ class RawSample:
     opens: int
 
 
-class ShardedImageDataset(IterableDataset):
+class ShardedImageDataset(ShardReader):
     """Base of the image readers (see the module docstring).
 
     Args:
@@ -223,36 +265,13 @@ class ShardedImageDataset(IterableDataset):
         raise NotImplementedError
 
     # -- public -----------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Use the shard order of ``epoch`` (call before each epoch, as with DistributedSampler).
-
-        Call it before ``iter(loader)``: it reaches the workers, persistent ones included.
-        """
-        self._epoch.value = epoch
-
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch.value)
-
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together), also with ``batch_in_worker``."""
         n = self.manifest.samples
         return n * (self.rank + 1) // self.world_size - n * self.rank // self.world_size
 
-    @property
-    def shard_paths(self) -> list[Path]:
-        return [self.access.path(i) for i in range(len(self.manifest.shards))]
-
-    def repairs(self) -> list[dict[str, Any]]:
-        return self.events.read("repair")
-
-    def lost(self) -> list[dict[str, Any]]:
-        return self.events.read("lost")
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        consumer = self.rank * workers + worker
+        worker, workers, consumer = self._consumer()
         pieces = epoch_pieces([s.samples for s in self.manifest.shards], consumers=self.world_size * workers,
                               consumer=consumer, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
         rng = random.Random(f"{self.seed}:{self.epoch}:{consumer}")

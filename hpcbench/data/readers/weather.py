@@ -60,17 +60,15 @@ import random
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
 
 from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, ShardError
 from hpcbench.data.manifest import load_manifest
 from hpcbench.data.plan import epoch_pieces
-from hpcbench.data.readers.base import REPAIRABLE
+from hpcbench.data.readers.base import REPAIRABLE, ShardReader
 from hpcbench.data.resilience import EventLog, ShardAccess, Verify, repair_or_raise
 
 #: The manifest format the generator writes.
@@ -386,7 +384,7 @@ class _ReadAhead:
         self.started.clear()
 
 
-class WeatherDataset(IterableDataset):
+class WeatherDataset(ShardReader):
     """Forecasting pairs from the weather data set, read in blocks (see the module docstring).
 
     Args:
@@ -469,14 +467,6 @@ class WeatherDataset(IterableDataset):
         repair_or_raise(self.access, self.manifest, self.folder)
 
     # -- public -----------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Use the block order of ``epoch`` (call before each ``iter(loader)``; reaches persistent workers)."""
-        self._epoch.value = epoch
-
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch.value)
-
     @property
     def pairs(self) -> int:
         """Pairs in the whole data set (per epoch, over all ranks)."""
@@ -497,25 +487,13 @@ class WeatherDataset(IterableDataset):
         n = self.pairs
         return n * (self.rank + 1) // self.world_size - n * self.rank // self.world_size
 
-    @property
-    def shard_paths(self) -> list[Path]:
-        return [self.access.path(i) for i in range(len(self.manifest.shards))]
-
     def plan(self, epoch: int | None = None, *, worker: int = 0, workers: int = 1) -> list[Block]:
         """The blocks (parts at slice ends) that ``worker`` of this rank reads in ``epoch``."""
         return epoch_blocks(self._blocks, consumers=self.world_size * workers, consumer=self.rank * workers + worker,
                             seed=self.seed, epoch=self.epoch if epoch is None else epoch, shuffle=self.shuffle)
 
-    def repairs(self) -> list[dict[str, Any]]:
-        return self.events.read("repair")
-
-    def lost(self) -> list[dict[str, Any]]:
-        return self.events.read("lost")
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        consumer = self.rank * workers + worker
+        worker, workers, consumer = self._consumer()
         epoch = self.epoch
         blocks = self.plan(epoch, worker=worker, workers=workers)
         rng = random.Random(f"{self.seed}:{epoch}:{consumer}")

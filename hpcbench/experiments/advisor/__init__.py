@@ -3,7 +3,7 @@
 from hpcbench.advise.recommend import OVERLAP_MICRO_STEPS
 from hpcbench.cluster.network import parse_rate
 from hpcbench.core.metrics import allreduce_bytes_sent
-from hpcbench.experiments import Estimate, Experiment, distributed_resources, register
+from hpcbench.experiments import Estimate, Experiment, register
 from hpcbench.experiments.advisor.config import AdvisorConfig
 from hpcbench.experiments.advisor.present import present_advisor
 from hpcbench.experiments.advisor.rules import RULES
@@ -58,7 +58,6 @@ SPEC = register(Experiment(
     summarize=summarize,
     rules=RULES,
     present=present_advisor,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

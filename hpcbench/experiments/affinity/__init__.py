@@ -1,8 +1,7 @@
 """Experiment ``affinity``: the binding plan for this node, and what each common binding mistake costs (T-affinity)."""
 
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.affinity.config import AffinityConfig
 from hpcbench.experiments.affinity.present import present_affinity
 from hpcbench.experiments.affinity.rules import RULES
@@ -63,7 +62,6 @@ SPEC = register(Experiment(
     rules=RULES,
     present=present_affinity,
     raw_rows=True,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

@@ -34,14 +34,8 @@ def present_affinity(data: ExperimentData) -> list[Section]:
         if mine.empty:
             continue
         judgements = judge_costs(evidence_for("affinity", raw, summaries=mine))
-        section.tables.append(_cost_table(source, mine, judgements))
-        plan = _plan_table(source, raw)
-        if plan is not None:
-            section.tables.append(plan)
-        observed = _observed_table(source, raw)
-        if observed is not None:
-            section.tables.append(observed)
-        section.figures.append(_figure(source, mine, judgements))
+        section.add(_cost_table(source, mine, judgements), _plan_table(source, raw), _observed_table(source, raw),
+                    _figure(source, mine, judgements))
     section.tables += evidence_tables(data, ["mistake", "setting", "what", "step_p50_ms", "steps", "applied",
                                              "huge_page_share", "not_applicable", "ok"])
     return [section]

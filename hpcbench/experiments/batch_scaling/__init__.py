@@ -2,9 +2,9 @@
 
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME, BatchScalingConfig
+from hpcbench.experiments.batch_scaling.prediction import PREDICTIONS
 from hpcbench.experiments.batch_scaling.present import present_batch_scaling
 from hpcbench.experiments.batch_scaling.rules import RULES
 from hpcbench.experiments.batch_scaling.summary import summarize
@@ -64,9 +64,10 @@ SPEC = register(Experiment(
     description="per-rank throughput and memory for 1x..8x a base batch, with and without gradient accumulation",
     summarize=summarize,
     rules=RULES,
+    predictions=PREDICTIONS,
+    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
     regimes={"C2": GUIDE_REGIME},
     present=present_batch_scaling,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

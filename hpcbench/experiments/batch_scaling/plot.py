@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-# No matplotlib.use(): inside a kernel the inline backend must stay, and headless
-# processes fall back to Agg on their own.
-import matplotlib.pyplot as plt
 import seaborn as sns
 
 from hpcbench.core.facts import GUIDE_C2_GAIN
+from hpcbench.present.kit import panels_figure
 
 
-def batch_scaling_plot(summary, *, title: str = "Per-rank throughput against the batch factor"):
-    """Left: per-rank throughput gain over the 1x batch per regime; right: memory per rank.
-
-    Args:
-        summary: the frame of :func:`hpcbench.experiments.batch_scaling.summary.summarize`.
-    Returns:
-        The matplotlib Figure.
-    """
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    if not len(summary):
-        for ax in (left, right):
-            ax.text(0.5, 0.5, "no measurements", ha="center", va="center")
-        return fig
+def draw_batch_scaling(left, right, summary) -> None:
+    """Left: per-rank throughput gain over the 1x batch per regime; right: memory per rank."""
     sns.lineplot(data=summary, x="factor", y="gain_vs_1x", hue="regime", marker="o", ax=left)
     left.axhline(1 + GUIDE_C2_GAIN, color="red", ls=":", lw=1, label=f"guide: +220 % ({1 + GUIDE_C2_GAIN:.1f}x)")
     left.set_xscale("log", base=2)
@@ -32,8 +19,9 @@ def batch_scaling_plot(summary, *, title: str = "Per-rank throughput against the
     sns.barplot(data=summary, x="factor", y="memory_MiB", hue="regime", ax=right)
     right.set_xlabel("batch factor")
     right.set_ylabel("memory per rank (MiB)")
-    for ax in (left, right):
-        ax.grid(True, alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+
+
+def batch_scaling_plot(summary, *, title: str = "Per-rank throughput against the batch factor"):
+    """The notebook's figure of :func:`~hpcbench.experiments.batch_scaling.summary.summarize`'s frame (see
+    :func:`draw_batch_scaling`); returns the matplotlib Figure."""
+    return panels_figure(lambda axes: draw_batch_scaling(*axes, summary), title=title, rows=summary, grid=True)

@@ -2,8 +2,7 @@
 
 from hpcbench.core.metrics import busbw_factor
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.collectives.config import DTYPES, CollectivesConfig
 from hpcbench.experiments.collectives.present import present_collectives
 from hpcbench.experiments.collectives.rules import RULES
@@ -67,7 +66,6 @@ SPEC = register(Experiment(
     summarize=summarize,
     rules=RULES,
     present=present_collectives,
-    resources=distributed_resources,
     reads=("environment",),
     estimate=estimate,
     toy=TOY,

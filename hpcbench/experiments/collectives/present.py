@@ -40,13 +40,7 @@ def present_collectives(data: ExperimentData) -> list[Section]:
 
     pairs = [(s, v) for s in data.sources for v in ordered(stats.loc[stats["source"] == s, "variant"])]
     section.tables.append(_comparison_table(stats, pairs))
-    per_node = _per_node_table(stats, pairs)
-    if per_node is not None:
-        section.tables.append(per_node)
-
-    figure = _busbw_figure(stats, pairs)
-    if figure is not None:
-        section.figures.append(figure)
+    section.add(_per_node_table(stats, pairs), _busbw_figure(stats, pairs))
 
     failures = _failure_table(stats, data.sources)
     if failures is not None:
@@ -57,9 +51,7 @@ def present_collectives(data: ExperimentData) -> list[Section]:
     else:
         section.notes.append(Cell("no correctness checks were recorded"))
 
-    table = text_table(data.text, caption="Not measured")
-    if table is not None:
-        section.tables.append(table)
+    section.add(text_table(data.text, caption="Not measured"))
     section.tables += evidence_tables(data, ["op", "group", "size_bytes", "busbw_p50_GBps", "iterations"])
     return [section]
 

@@ -21,20 +21,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from hpcbench.core.metrics import algbw, busbw
+from hpcbench.core.metrics import algbw, busbw, size_sweep
 from hpcbench.core.registry import Registry
 from hpcbench.core.results import RecordWriter
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.collectives.config import DTYPES, NCCL_GLOO_REASON, CollectivesConfig
-
-
-def size_sweep(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
-    """Geometric sizes from ``min_bytes`` up to and including ``max_bytes`` when reached."""
-    sizes, s = [], int(min_bytes)
-    while s <= max_bytes:
-        sizes.append(s)
-        s *= factor
-    return sizes
 
 
 def aligned_size(size_bytes: int, nranks: int, elem_bytes: int) -> int:

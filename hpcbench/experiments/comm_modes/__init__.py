@@ -2,8 +2,9 @@
 
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.diag.records import TRACE_STEPS
-from hpcbench.experiments import Estimate, Experiment, distributed_resources, register
+from hpcbench.experiments import Estimate, Experiment, register
 from hpcbench.experiments.comm_modes.config import GUIDE_REGIME, CommModesConfig
+from hpcbench.experiments.comm_modes.prediction import PREDICTIONS
 from hpcbench.experiments.comm_modes.present import present_comm_modes
 from hpcbench.experiments.comm_modes.rules import RULES
 from hpcbench.experiments.comm_modes.summary import summarize
@@ -51,9 +52,10 @@ SPEC = register(Experiment(
                 "share, gradient bucket sweep",
     summarize=summarize,
     rules=RULES,
+    predictions=PREDICTIONS,
+    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
     regimes={"C3": GUIDE_REGIME},
     present=present_comm_modes,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C3_RESNET, IB_MTU_BYTES
 from hpcbench.models import MODEL_NAMES, MODELS
-from hpcbench.parallel.modes import MODE_NAMES, MODES
+from hpcbench.parallel.modes import MODE_NAMES, modes_layout_problem
 from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
 
 #: One InfiniBand MTU (4 KiB) in DDP's bucket_cap_mb unit (MiB): the C17 sweep point.
@@ -50,7 +50,8 @@ def nic_gains_at_guide_regime(busy: float | None = None) -> dict[int, float]:
     ``r``; in a regime where DDP is ``busy`` busy, DDP's step is ``1 / busy`` computes and the gain
     ``(1 / busy) / (1 + (1 / busy - 1) r)``.
     """
-    from hpcbench.scale.guide_scale import NIC_COUNTS, predict_c3
+    from hpcbench.experiments.comm_modes.prediction import predict_c3
+    from hpcbench.scale.guide_scale import NIC_COUNTS
 
     busy = GUIDE_REGIME.target_busy if busy is None else busy
     values = predict_c3().values
@@ -64,7 +65,7 @@ def nic_gains_at_guide_regime(busy: float | None = None) -> dict[int, float]:
 
 
 GUIDE_REGIME, GPT2_SHARE = _regimes()
-"""The guide's regime for C3, derived from its own figures (:func:`hpcbench.scale.guide_scale.predict_c3`).
+"""The guide's regime for C3, derived from its own figures (:func:`.prediction.predict_c3`).
 
 ResNet-50: the guide's DDP ran 12,500 images/s on 32 A100s. At NVIDIA's published A100 rate
 (DeepLearningExamples, batch 256 per GPU, AMP) the 32 GPUs compute 32 x 256 images per ~0.1 s
@@ -77,7 +78,7 @@ never judged; the ResNet-50 figure is judged where the ``ddp`` step reached ~16 
 **NICs per node** (the intra/inter-node bandwidth ratio, which the guide never gives). In the
 guide's regime DDP's step is 6.25 c (c = compute), 5.25 c of it communication. The guide's +49.6 %
 needs the hierarchical step at 6.25 c / 1.496 = 4.18 c: its communication cut to 3.18 / 5.25 = 0.61
-of DDP's. The scale model (:func:`hpcbench.scale.guide_scale.predict_c3`: NCCL's ring against the
+of DDP's. The scale model (:func:`.prediction.predict_c3`: NCCL's ring against the
 hook's three stages on 4 nodes of 8 A100s) puts the hierarchical communication at 0.82 of DDP's
 with 1 NIC per node (1:96 intra/inter per GPU) and 0.96 with 8 NICs (1:12): in the guide's regime,
 gains of 1.18x and 1.04x (:func:`nic_gains_at_guide_regime`). So the guide's figure needs the 1-NIC
@@ -141,13 +142,9 @@ class CommModesConfig(DistributedConfig):
         for b in self.bucket_cap_mb:
             if not b > 0:
                 raise self._error("bucket_cap_mb", f"{b} is out of range; allowed: > 0 (MiB)")
-        if self.nodes * self.ranks_per_node < 2:
-            raise self._error("ranks_per_node", "data parallelism needs at least 2 ranks in all "
-                                                "(nodes x ranks_per_node)")
-        for mode in self.modes:
-            problem = MODES.get(mode).layout_problem(self.nodes, self.ranks_per_node)
-            if problem:
-                raise self._error("modes", f"{mode!r} {problem}")
+        problem = modes_layout_problem(self.modes, self.nodes, self.ranks_per_node)
+        if problem:
+            raise self._error(*problem)
         for name in self.models:
             spec = MODELS.get(name)
             if spec.kind == "text" and self.seq_len > spec.max_seq_len:

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-# No matplotlib.use(): inside a kernel the inline backend must stay, and headless
-# processes fall back to Agg on their own.
-import matplotlib.pyplot as plt
 import seaborn as sns
 
+from hpcbench.present.kit import panels_figure
 
-def comm_modes_plot(summary, *, title: str = "Communication modes"):
+
+def draw_comm_modes(left, right, ran) -> None:
     """Left: total throughput relative to plain DDP per mode and model (at each model's largest bucket
     size); right: throughput against bucket size (log2 axis), relative to each series' best.
 
     Args:
-        summary: the frame of :func:`hpcbench.experiments.comm_modes.summary.summarize`.
-    Returns:
-        The matplotlib Figure.
+        ran: the summary's rows that were measured (a throughput).
     """
     from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
     from hpcbench.experiments.comm_modes.summary import mode_gains
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ran = summary[summary["throughput_total_p50"].notna()] if len(summary) else summary
-    if not len(ran):
-        for ax in (left, right):
-            ax.text(0.5, 0.5, "no measurements", ha="center", va="center")
-        return fig
     gains = mode_gains(ran)
     at = gains[gains["bucket_cap_mb"] == gains.groupby("model")["bucket_cap_mb"].transform("max")]
     sns.barplot(data=at, x="mode", y="ratio_vs_ddp", hue="model", ax=left)
@@ -45,8 +36,10 @@ def comm_modes_plot(summary, *, title: str = "Communication modes"):
     right.set_xlabel("bucket_cap_mb (MiB)")
     right.set_ylabel("throughput / best of the series")
     right.set_title("gradient bucket size sweep")
-    for ax in (left, right):
-        ax.grid(True, alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+
+
+def comm_modes_plot(summary, *, title: str = "Communication modes"):
+    """The notebook's figure of :func:`~hpcbench.experiments.comm_modes.summary.summarize`'s frame (see
+    :func:`draw_comm_modes`); returns the matplotlib Figure."""
+    ran = summary[summary["throughput_total_p50"].notna()] if len(summary) else summary
+    return panels_figure(lambda axes: draw_comm_modes(*axes, ran), title=title, rows=ran, grid=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from hpcbench.core.facts import DDP_FIRST_BUCKET_BYTES
 from hpcbench.core.results import expand_labels
-from hpcbench.core.sanity import Verification
+from hpcbench.core.sanity import Verification, expected_rows
 from hpcbench.diag.report import breakdown_columns
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB, CommModesConfig
 
@@ -129,19 +129,15 @@ _PASSED = ("every mode that ran gave plain DDP's gradients, and every model x mo
 
 def verify_records(records: Any, cfg: CommModesConfig) -> Verification:
     """Gradients matched plain DDP wherever a mode ran, and every combination is measured or explained."""
-    problems = []
-    summary = summarize(records)
-    seen = {(r.model, r.mode, float(r.bucket_cap_mb)): r for r in summary.itertuples(index=False)}
-    for model in cfg.models:
-        for mode in cfg.modes:
-            for bucket in cfg.bucket_cap_mb:
-                r = seen.get((model, mode, float(bucket)))
-                if r is None:
-                    problems.append(f"{model} / {mode} / {bucket:g} MiB has no records")
-                elif r.note:
-                    continue
-                elif r.steps != cfg.steps:
-                    problems.append(f"{model} / {mode} / {bucket:g} MiB: {r.steps} timed steps, expected {cfg.steps}")
-                elif cfg.check and r.grad_match is not True:
-                    problems.append(f"{model} / {mode} / {bucket:g} MiB: gradients differ from plain DDP's")
+    problems: list[str] = []
+    expected = (((model, mode, float(bucket)), f"{model} / {mode} / {bucket:g} MiB")
+                for model in cfg.models for mode in cfg.modes for bucket in cfg.bucket_cap_mb)
+    for where, r in expected_rows(summarize(records), lambda r: (r.model, r.mode, float(r.bucket_cap_mb)), expected,
+                                  problems):
+        if r.note:
+            continue  # not applicable, with the reason
+        if r.steps != cfg.steps:
+            problems.append(f"{where}: {r.steps} timed steps, expected {cfg.steps}")
+        elif cfg.check and r.grad_match is not True:
+            problems.append(f"{where}: gradients differ from plain DDP's")
     return Verification(problems, passed=_PASSED)

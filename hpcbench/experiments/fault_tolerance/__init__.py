@@ -4,7 +4,8 @@ import math
 
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
-from hpcbench.experiments.fault_tolerance.config import GUIDE_C15_TRIES, FaultToleranceConfig
+from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
+from hpcbench.experiments.fault_tolerance.guide import GUIDE_C15_TRIES
 from hpcbench.experiments.fault_tolerance.present import present_fault_tolerance
 from hpcbench.experiments.fault_tolerance.rules import RULES
 from hpcbench.experiments.fault_tolerance.summary import summarize

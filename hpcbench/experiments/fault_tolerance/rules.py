@@ -67,7 +67,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S, GUIDE_C15_TRIES
+from hpcbench.experiments.fault_tolerance.guide import (GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S,
+                                                       GUIDE_C15_TRIES)
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params, select
 from hpcbench.judge.rulekit import Level, in_group, judge_levels, launch_groups

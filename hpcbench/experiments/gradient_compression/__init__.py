@@ -1,8 +1,9 @@
 """Experiment ``gradient_compression``: 2-bit gradients in 4 MB buckets against float32, fp16, bf16, PowerSGD (C8)."""
 
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
-from hpcbench.experiments import Estimate, Experiment, distributed_resources, register
+from hpcbench.experiments import Estimate, Experiment, register
 from hpcbench.experiments.gradient_compression.config import CompressionConfig
+from hpcbench.experiments.gradient_compression.prediction import PREDICTIONS
 from hpcbench.experiments.gradient_compression.present import present_compression
 from hpcbench.experiments.gradient_compression.rules import RULES
 from hpcbench.experiments.gradient_compression.summary import summarize
@@ -52,8 +53,9 @@ SPEC = register(Experiment(
                 "on the wire, communication time, samples/s, loss after the same samples, gradient error",
     summarize=summarize,
     rules=RULES,
+    predictions=PREDICTIONS,
+    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
     present=present_compression,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

@@ -9,7 +9,7 @@ from hpcbench.core.errors import ConfigError
 from hpcbench.core.facts import GUIDE_C7_UTIL, GUIDE_C8_BUCKET_BYTES
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.compression import COMPRESSIONS, DEFAULT_SKIP, Quant2BitConfig
-from hpcbench.parallel.modes import COMPRESSIBLE_MODES, MODES
+from hpcbench.parallel.modes import COMPRESSIBLE_MODES, modes_layout_problem
 from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
 
 #: The guide's "4 MB buckets" in DDP's bucket_cap_mb unit (MiB).
@@ -103,13 +103,9 @@ class CompressionConfig(DistributedConfig):
                                               f"ratio, communication time and loss is compared with")
         if not self.modes or len(set(self.modes)) != len(self.modes):
             raise self._error("modes", f"{self.modes}: allowed: distinct names of {list(COMPRESSIBLE_MODES)}")
-        if self.nodes * self.ranks_per_node < 2:
-            raise self._error("ranks_per_node", "data parallelism needs at least 2 ranks in all "
-                                                "(nodes x ranks_per_node)")
-        for mode in self.modes:
-            problem = MODES.get(mode).layout_problem(self.nodes, self.ranks_per_node)
-            if problem:
-                raise self._error("modes", f"{mode!r} {problem}")
+        problem = modes_layout_problem(self.modes, self.nodes, self.ranks_per_node)
+        if problem:
+            raise self._error(*problem)
         if not self.skip or not all(isinstance(s, str) and s.strip() for s in self.skip):
             raise self._error("skip", f"{self.skip!r}: allowed: a non-empty list of non-empty name fragments")
         if self.regime == "guide":

@@ -57,9 +57,7 @@ def present_compression(data: ExperimentData) -> list[Section]:
                 "gradients; wire ratio: the compressed part's bytes over a float32 all-reduce of the same elements; "
                 "communication time = t(series) - t(no-op hook), interleaved step by step; loss on a held-out batch "
                 "after the same samples; gradient error = ||g - exact fp32 average|| / ||exact|| for one step"))
-    figure = _figure(summaries)
-    if figure is not None:
-        section.figures.append(figure)
+    section.add(_figure(summaries))
     bad = summaries[summaries["ok"] == False] if "ok" in summaries.columns else summaries.iloc[0:0]  # noqa: E712
     if len(bad):
         section.notes.append(Cell(f"{len(bad)} series failed a check and do not count: "
@@ -74,9 +72,7 @@ def present_compression(data: ExperimentData) -> list[Section]:
             prefix="compression", caption="where a step's time goes (the timed steps, every rank's; noop: the "
                                           "no-op hook's twin); no data wait: the batches are synthetic, made on "
                                           "the device; a compression hook's own work in backward counts in backward")
-    table = text_table(without_diagnostics(data.text), caption="Not measured, with the reason; skipped parameters")
-    if table is not None:
-        section.tables.append(table)
+    section.add(text_table(without_diagnostics(data.text), caption="Not measured, with the reason; skipped parameters"))
     section.tables += evidence_tables(data, ["model", "mode", "compression", "bytes_step", "wire_ratio",
                                              "throughput_p50", "comm_time_p50_ms", "loss_vs_none", "steps"])
     return [section]

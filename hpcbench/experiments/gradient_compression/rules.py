@@ -67,7 +67,7 @@ from hpcbench.experiments.gradient_compression.summary import LOSS_TOLERANCE
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params
 from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels, slow_link_problem
-from hpcbench.judge.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Reference
+from hpcbench.judge.verdict import Reference, combine_verdicts
 from hpcbench.parallel.compression import is_skipped
 from hpcbench.scale.regime import MATCHED, MISSED, regime_reason
 
@@ -165,13 +165,7 @@ def c8_comparisons(pairs: list[tuple[str, str]],
 
 def combine_levels(evidence: Evidence, parts: list[Judgement], what: str) -> Judgement:
     """One verdict from required parts: reproduced if all are, not reproduced if any is not."""
-    verdicts = [j.verdict for j in parts]
-    if NOT_REPRODUCED in verdicts:
-        verdict = NOT_REPRODUCED
-    elif verdicts and all(v == REPRODUCED for v in verdicts):
-        verdict = REPRODUCED
-    else:
-        verdict = INCONCLUSIVE
+    verdict = combine_verdicts([j.verdict for j in parts])
     measured = "; ".join(j.measured for j in parts if j.measured != NO_VALUE) or NO_VALUE
     note = evidence.excluded_note()
     details = [j.detail[:-len(note)] if note and j.detail.endswith(note) else j.detail for j in parts]

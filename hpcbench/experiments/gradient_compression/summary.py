@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Any
 
-from hpcbench.core.sanity import Verification
+from hpcbench.core.sanity import Verification, expected_rows
 from hpcbench.experiments.gradient_compression.config import BASELINE, NO_FEEDBACK, TECHNIQUE, CompressionConfig
 
 SUMMARY_KEYS = ["model", "mode", "compression"]
@@ -189,24 +189,19 @@ _PASSED = ("every series that ran kept the ranks' parameters identical, sent its
 
 def verify_records(records: Any, cfg: CompressionConfig) -> Verification:
     """The correctness checks passed wherever a series ran, and every combination is measured or explained."""
-    problems = []
-    summary = summarize(records)
-    seen = {(r.model, r.mode, r.compression): r for r in summary.itertuples(index=False)}
-    for model in cfg.models:
-        for mode in cfg.modes:
-            for name in cfg.series():
-                r = seen.get((model, mode, name))
-                where = f"{model} / {mode} / {name}"
-                if r is None:
-                    problems.append(f"{where} has no records")
-                elif r.note:
-                    continue
-                elif r.steps != cfg.steps:
-                    problems.append(f"{where}: {r.steps} timed steps, expected {cfg.steps}")
-                elif not _is(r.params_agree, True):
-                    problems.append(f"{where}: the ranks' parameters differ after training")
-                elif _is(r.skip_exact, False):
-                    problems.append(f"{where}: skipped gradients differ from a plain reduction")
-                elif not math.isfinite(r.bytes_step):
-                    problems.append(f"{where}: no bytes counted")
+    problems: list[str] = []
+    expected = (((model, mode, name), f"{model} / {mode} / {name}")
+                for model in cfg.models for mode in cfg.modes for name in cfg.series())
+    for where, r in expected_rows(summarize(records), lambda r: (r.model, r.mode, r.compression), expected,
+                                  problems):
+        if r.note:
+            continue  # not applicable, with the reason
+        if r.steps != cfg.steps:
+            problems.append(f"{where}: {r.steps} timed steps, expected {cfg.steps}")
+        elif not _is(r.params_agree, True):
+            problems.append(f"{where}: the ranks' parameters differ after training")
+        elif _is(r.skip_exact, False):
+            problems.append(f"{where}: skipped gradients differ from a plain reduction")
+        elif not math.isfinite(r.bytes_step):
+            problems.append(f"{where}: no bytes counted")
     return Verification(problems, passed=_PASSED)

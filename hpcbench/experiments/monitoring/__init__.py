@@ -1,7 +1,6 @@
 """Experiment ``monitoring``: real faults on one node of the emulated cluster, utilisation against the C6 alerts (C6)."""
 
-from hpcbench.experiments import (RANK_BYTES, TASK_STARTUP_S, Estimate, Experiment, distributed_resources,
-                                  register)
+from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.monitoring.config import MonitoringConfig
 from hpcbench.experiments.monitoring.present import present_monitoring
 from hpcbench.experiments.monitoring.rules import RULES
@@ -42,7 +41,6 @@ SPEC = register(Experiment(
     summarize=summarize,
     rules=RULES,
     present=present_monitoring,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcbench.cluster.network import parse_rate
-from hpcbench.core.config import DistributedConfig, param
-from hpcbench.models import MODEL_NAMES, MODELS
+from hpcbench.core.config import param
+from hpcbench.fault.phases import NO_FAULT, FaultPhasesConfig, phases_param, weather_model_param
 
-#: The baseline phase (no fault) and the injected faults, in run order.
-NO_FAULT = "none"
+#: The baseline phase (:data:`NO_FAULT`, no fault) and the injected faults, in run order.
 FAULTS = (NO_FAULT, "slow_link", "lossy_link", "slow_storage", "cpu_contention")
 #: The C6 metrics that stand for each fault's bottleneck, fixed from the claim's words: SM efficiency
 #: falls whenever the GPU waits (on a link, the disk or the CPU); the retransmission rate is about
@@ -26,19 +24,13 @@ FAULT_METRICS = {
 
 
 @dataclass
-class MonitoringConfig(DistributedConfig):
+class MonitoringConfig(FaultPhasesConfig):
     """Parameters of ``07_monitoring``; the notebook's parameters cell mirrors them."""
 
-    nodes: int = param(2, "nodes; the last one gets the faults. The link faults need the emulated cluster "
-                          "(a shaped veth per node); elsewhere they are recorded as not injected, with why",
-                       min=2, max=4096)
-    ranks_per_node: int = param(1, "ranks per node (CPU processes here, GPUs where there are)", min=1, max=64)
-    faults: list[str] = param(list(FAULTS), "phases in run order, each a stretch of training with one fault on "
-                                            "the last node; 'none' is the baseline the alerts must stay quiet on",
-                              choices=FAULTS, allowed="no repeats, must include 'none'")
-    model: str = param("weather_tiny", "model trained, reading its forecasting pairs from a weather data set "
-                                       "made for the task (weather_small for a heavier step)",
-                       choices=MODEL_NAMES, allowed="a weather (grid) model: the data set is gridded fields")
+    baseline_role = "the baseline the alerts must stay quiet on"
+
+    faults: list[str] = phases_param(FAULTS, baseline_role)
+    model: str = weather_model_param("weather_small for a heavier step")
     batch_size: int = param(4, "forecasting pairs per step per rank: one block read of batch_size + 1 time steps "
                                "(~330 KB for weather_tiny)", min=1, max=256)
     phase_s: float = param(12.0, "seconds of training per fault phase (with interval_s = 1 s and sustain = 3, an "
@@ -60,21 +52,3 @@ class MonitoringConfig(DistributedConfig):
     contention_per_cpu: int = param(2, "busy processes per CPU of the faulty node's ranks in cpu_contention (2 "
                                        "leave a rank a third of its CPU)", min=1, max=64)
     seed: int = param(0, "seed of the weights, the data set and its shuffle", min=0)
-
-    def validate(self) -> None:
-        if len(set(self.faults)) != len(self.faults):
-            raise self._error("faults", f"{self.faults} repeats a fault")
-        if NO_FAULT not in self.faults:
-            raise self._error("faults", f"{self.faults} lacks {NO_FAULT!r}, the baseline the alerts must stay "
-                                        f"quiet on")
-        if MODELS.get(self.model).kind != "grid":
-            raise self._error("model", f"{self.model!r} is not a weather (grid) model; the task reads gridded "
-                                       f"fields")
-        try:
-            parse_rate(self.slow_link_rate)
-        except ValueError as exc:
-            raise self._error("slow_link_rate", str(exc)) from None
-
-    def injected(self) -> list[str]:
-        """The faults, without the baseline."""
-        return [f for f in self.faults if f != NO_FAULT]

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-# No matplotlib.use(): inside a kernel the inline backend must stay, and headless
-# processes fall back to Agg on their own.
-import matplotlib.pyplot as plt
-
 from hpcbench.experiments.monitoring.summary import UTIL_HEALTHY_MIN
+from hpcbench.present.kit import panels_figure
 
 
 def draw_monitoring(left, right, summary) -> None:
@@ -30,19 +27,6 @@ def draw_monitoring(left, right, summary) -> None:
 
 
 def monitoring_plot(summary, *, title: str = "What utilisation shows against what the C6 alerts catch"):
-    """The notebook's figure (red bars: a C6 alert fired; dotted: the healthy-utilisation band's edge).
-
-    Args:
-        summary: the frame of :func:`hpcbench.experiments.monitoring.summary.summarize`.
-    Returns:
-        The matplotlib Figure.
-    """
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    if not len(summary):
-        for ax in (left, right):
-            ax.text(0.5, 0.5, "no measurements", ha="center", va="center")
-        return fig
-    draw_monitoring(left, right, summary)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    """The notebook's figure of :func:`~hpcbench.experiments.monitoring.summary.summarize`'s frame (red bars: a
+    C6 alert fired; dotted: the healthy-utilisation band's edge); returns the matplotlib Figure."""
+    return panels_figure(lambda axes: draw_monitoring(*axes, summary), title=title, rows=summary)

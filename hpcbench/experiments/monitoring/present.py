@@ -35,9 +35,7 @@ def present_monitoring(data: ExperimentData) -> list[Section]:
                                         f"'caught' counts launches where the fault was applied, utilisation looked "
                                         f"healthy and a C6 alert fired"))
     section.figures.append(_figure(s))
-    table = text_table(data.text, caption="Faults applied, alerts and values not measured")
-    if table is not None:
-        section.tables.append(table)
+    section.add(text_table(data.text, caption="Faults applied, alerts and values not measured"))
     section.tables += evidence_tables(data, ["fault", "injected", "slowdown", "utilisation", "util_healthy", "caught",
                                              "steps", "ok"])
     return [section]

@@ -26,6 +26,7 @@ from typing import Any
 from hpcbench.core.facts import GUIDE_C6_SM_EFFICIENCY_MIN
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.monitoring.config import FAULT_METRICS, NO_FAULT, MonitoringConfig
+from hpcbench.fault.phases import NO_INJECTION_RECORD, phase_problems
 
 EXPERIMENT = "monitoring"
 #: Plain utilisation "looks healthy" at or above this share (our bound, fixed before any run): the
@@ -135,7 +136,7 @@ def summarize(records: Any) -> Any:
             continue
         inj = g[g["metric"] == "fault_injected"]
         injected = None if fault == NO_FAULT else bool(len(inj) and (inj["value"] == 1.0).any())
-        injection = "; ".join(t for t in inj["text"].dropna()) if len(inj) else "no record of the injection"
+        injection = "; ".join(t for t in inj["text"].dropna()) if len(inj) else NO_INJECTION_RECORD
         steps = g[(g["metric"] == "step_time") & g["value"].notna()]
         slowest = steps.groupby("step")["value"].max() if len(steps) else pd.Series(dtype=float)
         step_p50 = float(slowest.median()) * 1e3 if len(slowest) else math.nan
@@ -208,18 +209,6 @@ _PASSED = "every phase trained its steps with the sampler on every node, and eve
 
 def verify_records(records: Any, cfg: MonitoringConfig) -> Verification:
     """Every phase measured its steps; every fault injected or recorded as not injectable; samplers ran."""
-    problems = []
-    summary = summarize(records)
-    seen = {r.fault: r for r in summary.itertuples(index=False)}
-    for fault in cfg.faults:
-        r = seen.get(fault)
-        if r is None:
-            problems.append(f"{fault}: no records")
-            continue
-        if r.steps < cfg.min_steps:
-            problems.append(f"{fault}: {r.steps} timed steps, expected >= {cfg.min_steps}")
-        if not r.util_metric:
-            problems.append(f"{fault}: the sampler recorded no utilisation")
-        if fault != NO_FAULT and r.injection == "no record of the injection":
-            problems.append(f"{fault}: the injector left no record")
+    problems = phase_problems(summarize(records), cfg,
+                              lambda r: [] if r.util_metric else ["the sampler recorded no utilisation"])
     return Verification(problems, passed=_PASSED)

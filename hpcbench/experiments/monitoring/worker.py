@@ -27,25 +27,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hpcbench.core.results import RecordWriter
-from hpcbench.data.readers.cold_batches import ColdWeatherBatches, data_folder_of, prepare_weather_data
-from hpcbench.dist.topology import Topology, gather_node_pids
+from hpcbench.dist.topology import Topology
 from hpcbench.experiments.monitoring.config import NO_FAULT, MonitoringConfig
 from hpcbench.experiments.monitoring.summary import RANK_UTILISATION
-
-
-def prepare_data(cfg: MonitoringConfig, out_dir: str | os.PathLike) -> str:
-    """The task's weather data set (``out_dir/data``), made once, flushed to the disk."""
-    from hpcbench.models import MODELS
-
-    spec = MODELS.get(cfg.model)
-    return prepare_weather_data(out_dir, channels=spec.channels, grid=spec.grid, seed=cfg.seed,
-                                command="hpcbench monitoring (generated for the task)")
+from hpcbench.fault.phases import launch_with_data, start_training, timed_steps
 
 
 def launch_monitoring(task: Any):
     """Make the data set in the driver, then run :func:`run_worker` on the task's ranks."""
-    prepare_data(task.config, task.out_dir)
-    return task.launch(run_worker)
+    return launch_with_data(task, run_worker, "monitoring")
 
 
 #: Nice value of the sampler process where allowed (root): a monitoring agent must keep its 1 Hz on a
@@ -103,30 +93,15 @@ def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> N
     import torch
     import torch.distributed as dist
 
-    from hpcbench.dist.worker import progress, rank_setup
-    from hpcbench.fault.inject import FaultSite, node_fault_for_phase
-    from hpcbench.models import MODELS
+    from hpcbench.dist.worker import progress
+    from hpcbench.fault.inject import node_fault_for_phase
     from hpcbench.monitor.sources.storage import ReadLatencyFeed
-    from hpcbench.parallel.modes import parallelize
 
-    rank = rank_setup(cfg, topo)
-    device = rank.device
-    ranks = gather_node_pids(topo)
-    target = ranks[-1][0]                                   # the last node gets the faults
+    run = start_training(cfg, topo, writer)
+    rank, device, spec, model, opt, batches = run.rank, run.rank.device, run.spec, run.model, run.opt, run.batches
+    target = run.site.node
     node = topo.node_name
     node_lead = topo.local_rank == 0
-    target_pids = [pid for n, pid in ranks if n == target]
-    data = data_folder_of(writer.path)
-    if rank.lead:
-        writer.add("topology", None, "", text=topo.describe(),
-                   labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
-        writer.add("faulty_node", None, "", text=target)
-    spec = MODELS.get(cfg.model)
-    torch.manual_seed(cfg.seed)
-    model = parallelize(spec.build().to(device), "ddp", topo, device=device)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    batches = ColdWeatherBatches(data, rank=topo.rank, world_size=topo.world_size, seed=cfg.seed,
-                                 batch_size=cfg.batch_size)
     feed = ReadLatencyFeed(Path(writer.path).parent.parent / f"monitor-{node}.feed")
     windows: list[tuple[str, float, float]] = []
     phase: dict[str, list] = {"read": []}
@@ -135,12 +110,22 @@ def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> N
         feed.record_read(seconds)
         phase["read"].append((seconds, nbytes))
 
+    def step() -> tuple[float, float]:
+        """One timed step: (the whole step, its data read) in seconds."""
+        t0 = time.perf_counter()
+        x, y = batches.next(on_read)
+        t1 = time.perf_counter()
+        spec.loss(model(x.to(device)), y.to(device)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        rank.sync()
+        return time.perf_counter() - t0, t1 - t0
+
     with _node_sampler(cfg, writer, node, feed.path, node_lead, windows):
         for fault in cfg.faults:
             labels = {"fault": fault, "node": node, "faulty_node": node == target}
             dist.barrier()
-            site = FaultSite(node, target_pids, data, cfg)
-            with (node_fault_for_phase(fault, site, writer, {"fault": fault, "node": node}, baseline=NO_FAULT)
+            with (node_fault_for_phase(fault, run.site, writer, {"fault": fault, "node": node}, baseline=NO_FAULT)
                   if node_lead and node == target else contextlib.nullcontext()):
                 dist.barrier()
                 window_start = time.time()
@@ -150,23 +135,8 @@ def run_worker(cfg: MonitoringConfig, topo: Topology, writer: RecordWriter) -> N
                     opt.step()
                     opt.zero_grad(set_to_none=True)
                 phase["read"].clear()
-                steps, started, cpu_start = [], time.perf_counter(), time.process_time()
-                go = torch.ones(1)
-                while True:
-                    t0 = time.perf_counter()
-                    x, y = batches.next(on_read)
-                    t1 = time.perf_counter()
-                    spec.loss(model(x.to(device)), y.to(device)).backward()
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                    rank.sync()
-                    t2 = time.perf_counter()
-                    steps.append((t2 - t0, t1 - t0))
-                    # rank 0's clock ends the phase for everyone, so every rank runs the same steps
-                    go[0] = float(time.perf_counter() - started < cfg.phase_s or len(steps) < cfg.min_steps)
-                    dist.broadcast(go, src=0)
-                    if go[0] == 0:
-                        break
+                started, cpu_start = time.perf_counter(), time.process_time()
+                steps = timed_steps(step, cfg)
                 busy = (time.process_time() - cpu_start) / ((time.perf_counter() - started) * torch.get_num_threads())
                 dist.barrier()
                 windows.append((fault, window_start, time.time()))

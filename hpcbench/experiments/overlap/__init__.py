@@ -1,8 +1,9 @@
 """Experiment ``overlap``: gradient accumulation under DDP's no_sync(), synchronising once per k micro-steps (C9)."""
 
 from hpcbench.diag.records import BREAKDOWN_STEPS
-from hpcbench.experiments import Estimate, Experiment, distributed_resources, register
+from hpcbench.experiments import Estimate, Experiment, register
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
+from hpcbench.experiments.overlap.prediction import PREDICTIONS
 from hpcbench.experiments.overlap.present import present_overlap
 from hpcbench.experiments.overlap.rules import RULES
 from hpcbench.experiments.overlap.summary import summarize
@@ -52,8 +53,9 @@ SPEC = register(Experiment(
                 "samples/s, exposed vs total communication and the overlapped share",
     summarize=summarize,
     rules=RULES,
+    predictions=PREDICTIONS,
+    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
     present=present_overlap,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcbench.present.kit import mark_empty, panels_figure
+
 #: Bar colours: the compute part of a sample's time, and the communication the step did not hide.
 COMPUTE_COLOUR, EXPOSED_COLOUR = "#4c72b0", "#dd8452"
 
@@ -37,14 +39,10 @@ def draw_relative(ax: Any, summary: Any) -> None:
     import pandas as pd
     import seaborn as sns
 
-    from hpcbench.experiments.overlap.summary import series_name
+    from hpcbench.experiments.overlap.summary import series_name, with_k1_baseline
 
     rows = []
-    for model, g in summary.groupby("model"):
-        base = g[g["micro_steps"] == 1]
-        if base.empty:
-            continue
-        b = base.iloc[0]
+    for model, b, g in with_k1_baseline(summary):
         for r in g.itertuples(index=False):
             name = f"{model}\n{series_name(r.micro_steps, r.no_sync)}"
             rows.append({"series": name, "quantity": "k=1's syncs per sample / this one's",
@@ -66,25 +64,18 @@ def draw_relative(ax: Any, summary: Any) -> None:
 
 
 def overlap_plot(summary: Any, *, title: str = "Overlap through no_sync() accumulation"):
-    """Left: time per sample by series, compute vs exposed communication; right: ratios to k=1.
-
-    Args:
-        summary: the frame of :func:`hpcbench.experiments.overlap.summary.summarize`.
-    Returns:
-        The matplotlib Figure.
-    """
-    # pyplot here, not at import: the report draws on a bare Figure in worker threads.
-    import matplotlib.pyplot as plt
-
+    """The notebook's figure of :func:`~hpcbench.experiments.overlap.summary.summarize`'s frame; returns the
+    matplotlib Figure. Left: time per sample by series, compute vs exposed communication; right: ratios to k=1."""
     from hpcbench.experiments.overlap.summary import per_sample_split
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     ran = summary[summary["throughput_total_p50"].notna()] if len(summary) else summary
-    draw_time_per_sample(left, per_sample_split(ran))
-    if len(ran):
-        draw_relative(right, ran)
-    else:
-        right.text(0.5, 0.5, "no measurements", ha="center", va="center")
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+
+    def draw(axes: list) -> None:
+        left, right = axes
+        draw_time_per_sample(left, per_sample_split(ran))
+        if len(ran):
+            draw_relative(right, ran)
+        else:
+            mark_empty([right])
+
+    return panels_figure(draw, title=title)

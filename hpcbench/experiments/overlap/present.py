@@ -55,9 +55,7 @@ def present_overlap(data: ExperimentData) -> list[Section]:
                                       "communication after the measurements (the timed steps cannot be wrapped "
                                       "without changing them), each phase summed over the k micro-steps, every "
                                       "rank's; no data wait: the micro-batches are synthetic, made on the device")
-    table = text_table(without_diagnostics(data.text), caption="Text records")
-    if table is not None:
-        section.tables.append(table)
+    section.add(text_table(without_diagnostics(data.text), caption="Text records"))
     section.tables += evidence_tables(data, ["model", "micro_steps", "no_sync", "throughput_total_p50",
                                              "syncs_per_sample", "overlapped_share", "steps", "ok"])
     return [section]

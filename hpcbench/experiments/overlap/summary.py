@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterator
 
 from hpcbench.core.results import expand_labels
-from hpcbench.core.sanity import Verification
+from hpcbench.core.sanity import Verification, expected_rows
 from hpcbench.diag.report import breakdown_columns
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
 from hpcbench.parallel.overlap import summarize_overlap, syncs_per_step
@@ -135,14 +135,18 @@ def series_name(k: int, no_sync: bool) -> str:
     return f"k={k} no_sync" if no_sync else f"k={k} sync each"
 
 
+def with_k1_baseline(summary: Any) -> Iterator[tuple[str, Any, Any]]:
+    """(model, its k=1 row, all its rows) for each model of ``summary`` that has a k=1 series to compare with."""
+    for model, g in summary.groupby("model"):
+        base = g[g["micro_steps"] == 1]
+        if not base.empty:
+            yield model, base.iloc[0], g
+
+
 def findings(summary: Any) -> list[str]:
     """Sentences on each model's k > 1 series against k=1: synchronisations per sample and samples/s."""
     lines = []
-    for model, g in summary.groupby("model"):
-        base = g[g["micro_steps"] == 1]
-        if base.empty:
-            continue
-        b = base.iloc[0]
+    for model, b, g in with_k1_baseline(summary):
         for r in g[g["micro_steps"] > 1].itertuples(index=False):
             lines.append(f"{model} {series_name(r.micro_steps, r.no_sync)}: synchronisations per sample "
                          f"k=1 / this = {b.syncs_per_sample / r.syncs_per_sample:.3g}x, samples/s this / k=1 = "
@@ -159,20 +163,15 @@ _PASSED = ("every series synchronised as often as its k and no_sync say (counted
 
 def verify_records(records: Any, cfg: OverlapExperimentConfig) -> Verification:
     """Every series measured with its steps, its counted synchronisations as expected, every check passed."""
-    problems = []
-    summary = summarize(records)
-    seen = {(r.model, r.micro_steps, r.no_sync): r for r in summary.itertuples(index=False)}
-    for model in cfg.models:
-        for k, no_sync in cfg.series():
-            r = seen.get((model, k, no_sync))
-            name = f"{model} / {series_name(k, no_sync)}"
-            if r is None:
-                problems.append(f"{name} has no records")
-                continue
-            if r.steps != cfg.steps:
-                problems.append(f"{name}: {r.steps} timed steps, expected {cfg.steps}")
-            if not r.ok:  # the counted synchronisations are one of the summary's checks
-                problems.append(r.problem)
-            if cfg.check and k > 1 and (r.grad_match is None or r.loss_match is None):
-                problems.append(f"{name}: the gradient or loss check has no record")
+    problems: list[str] = []
+    expected = (((model, k, no_sync), f"{model} / {series_name(k, no_sync)}")
+                for model in cfg.models for k, no_sync in cfg.series())
+    for name, r in expected_rows(summarize(records), lambda r: (r.model, r.micro_steps, r.no_sync), expected,
+                                 problems):
+        if r.steps != cfg.steps:
+            problems.append(f"{name}: {r.steps} timed steps, expected {cfg.steps}")
+        if not r.ok:  # the counted synchronisations are one of the summary's checks
+            problems.append(r.problem)
+        if cfg.check and r.micro_steps > 1 and (r.grad_match is None or r.loss_match is None):
+            problems.append(f"{name}: the gradient or loss check has no record")
     return Verification(problems, passed=_PASSED)

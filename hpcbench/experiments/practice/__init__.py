@@ -1,6 +1,6 @@
 """Experiment ``practice``: the C12 gate before scaling out, on real faults injected one phase each (C12)."""
 
-from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, Estimate, Experiment, distributed_resources, register
+from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.practice.config import PracticeConfig
 from hpcbench.experiments.practice.present import present_practice
 from hpcbench.experiments.practice.rules import RULES
@@ -41,7 +41,6 @@ SPEC = register(Experiment(
     summarize=summarize,
     rules=RULES,
     present=present_practice,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

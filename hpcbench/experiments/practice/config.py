@@ -4,32 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcbench.cluster.network import parse_rate
-from hpcbench.core.config import DistributedConfig, param
-from hpcbench.models import MODEL_NAMES, MODELS
+from hpcbench.core.config import param
+from hpcbench.fault.phases import NO_FAULT, FaultPhasesConfig, phases_param, weather_model_param
 
-#: The baseline phase: no fault; the gate must pass it (else it raises a false alarm).
-NO_FAULT = "none"
-#: The baseline and every fault this project can really make, in run order (see ``faults.FAULT_KINDS``: what
-#: each does and which common problem it stands for). The project's list, not a census of common problems.
+#: The baseline (:data:`NO_FAULT`: no fault; the gate must pass it, else it raises a false alarm) and every
+#: fault this project can really make, in run order (see ``faults.FAULT_KINDS``: what each does and which
+#: common problem it stands for). The project's list, not a census of common problems.
 FAULTS = (NO_FAULT, "slow_link", "lossy_link", "slow_storage", "cpu_contention", "unbound_threads", "slow_node",
           "link_flap")
 
 
 @dataclass
-class PracticeConfig(DistributedConfig):
+class PracticeConfig(FaultPhasesConfig):
     """Parameters of ``12_practice``; the notebook's parameters cell mirrors them."""
 
-    nodes: int = param(2, "nodes; the last one gets the faults. The link faults need the emulated cluster "
-                          "(a shaped veth per node); elsewhere they are recorded as not injected, with why",
-                       min=2, max=4096)
-    ranks_per_node: int = param(1, "ranks per node (CPU processes here, GPUs where there are)", min=1, max=64)
-    faults: list[str] = param(list(FAULTS), "phases in run order, each a stretch of training with one fault on the "
-                                            "last node; 'none' is the baseline the gate must pass",
-                              choices=FAULTS, allowed="no repeats, must include 'none'")
-    model: str = param("weather_tiny", "model trained, reading its forecasting pairs from a weather data set made "
-                                       "for the task (1.5 MB of gradients: ~12 ms of all-reduce at 1 Gbit/s)",
-                       choices=MODEL_NAMES, allowed="a weather (grid) model: the data set is gridded fields")
+    baseline_role = "the baseline the gate must pass"
+
+    faults: list[str] = phases_param(FAULTS, baseline_role)
+    model: str = weather_model_param("1.5 MB of gradients: ~12 ms of all-reduce at 1 Gbit/s")
     batch_size: int = param(16, "forecasting pairs per step per rank: one block read of batch_size + 1 time steps "
                                 "(~1.1 MB for weather_tiny). 16, not monitoring's 4: a step of a few tens of ms on "
                                 "CPUs shows the OS's scheduling noise as a step-time spread the gate's 5 % would "
@@ -64,21 +56,7 @@ class PracticeConfig(DistributedConfig):
     seed: int = param(0, "seed of the weights, the data set and its shuffle", min=0)
 
     def validate(self) -> None:
-        if len(set(self.faults)) != len(self.faults):
-            raise self._error("faults", f"{self.faults} repeats a fault")
-        if NO_FAULT not in self.faults:
-            raise self._error("faults", f"{self.faults} lacks {NO_FAULT!r}, the baseline the gate must pass")
-        if MODELS.get(self.model).kind != "grid":
-            raise self._error("model", f"{self.model!r} is not a weather (grid) model; the task reads gridded "
-                                       f"fields")
-        try:
-            parse_rate(self.slow_link_rate)
-        except ValueError as exc:
-            raise self._error("slow_link_rate", str(exc)) from None
+        super().validate()
         if self.flap_down_s >= self.flap_period_s:
             raise self._error("flap_down_s", f"{self.flap_down_s:g} s is not shorter than flap_period_s "
                                              f"({self.flap_period_s:g} s): the link would never come back")
-
-    def injected(self) -> list[str]:
-        """The faults, without the baseline."""
-        return [f for f in self.faults if f != NO_FAULT]

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import math
 
-# No matplotlib.use(): inside a kernel the inline backend must stay, and headless
-# processes fall back to Agg on their own.
-import matplotlib.pyplot as plt
-
 from hpcbench.experiments.practice.config import NO_FAULT
 from hpcbench.experiments.practice.summary import CHECK_COLUMNS
+from hpcbench.present.kit import panels_figure
 
 #: Bar colours: the check failed (the gate stops the run), passed, or the fault was not applied.
 FAILED, PASSED, ABSENT = "#c44e52", "#55a868", "#cccccc"
@@ -53,19 +50,7 @@ def draw_practice(axes, summary) -> None:
 
 def practice_plot(summary, *, title: str = "The C12 gate on each injected fault (red: a check fails, the gate stops "
                                            "the run)"):
-    """The notebook's figure.
-
-    Args:
-        summary: the frame of :func:`hpcbench.experiments.practice.summary.summarize`.
-    Returns:
-        The matplotlib Figure.
-    """
-    fig, axes = plt.subplots(1, 4, figsize=(15, 4.2))
-    if not len(summary):
-        for ax in axes:
-            ax.text(0.5, 0.5, "no measurements", ha="center", va="center")
-        return fig
-    draw_practice(axes, summary)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    """The notebook's figure of :func:`~hpcbench.experiments.practice.summary.summarize`'s frame (see
+    :func:`draw_practice`); returns the matplotlib Figure."""
+    return panels_figure(lambda axes: draw_practice(axes, summary), title=title, panels=4, figsize=(15, 4.2),
+                         rows=summary)

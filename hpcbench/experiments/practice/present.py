@@ -38,9 +38,7 @@ def present_practice(data: ExperimentData) -> list[Section]:
                 "failed on the fault (the run would not have been scaled out); the baseline's failures are false "
                 "alarms. The faults are this project's list, not a census of common problems"))
     section.figures.append(_figure(s))
-    table = text_table(data.text, caption="Faults applied (or why not) and values not measured")
-    if table is not None:
-        section.tables.append(table)
+    section.add(text_table(data.text, caption="Faults applied (or why not) and values not measured"))
     section.tables += evidence_tables(data, ["fault", "injected", "slowdown", *GATE_COLUMNS, "gate_passed", "caught",
                                              "steps", "ok"])
     return [section]

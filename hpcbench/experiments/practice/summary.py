@@ -24,6 +24,7 @@ from typing import Any
 from hpcbench.core.results import expand_labels
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.practice.config import NO_FAULT, PracticeConfig
+from hpcbench.fault.phases import NO_INJECTION_RECORD, phase_problems
 from hpcbench.judge.evidence import launch_params
 
 EXPERIMENT = "practice"
@@ -41,7 +42,7 @@ def _injection(fault: str, g: Any) -> tuple[bool | None, str]:
     if fault == NO_FAULT:
         return None, text or "baseline: no fault"
     if not len(node):
-        return False, "no record of the injection"
+        return False, NO_INJECTION_RECORD
     applied = bool((node["value"] == 1.0).all()) and bool((rank["value"] == 1.0).all())
     return applied, text
 
@@ -120,17 +121,6 @@ _PASSED = "every phase trained its steps, the gate measured it, and every fault 
 
 def verify_records(records: Any, cfg: PracticeConfig) -> Verification:
     """Every phase measured its steps and the gate; every fault injected or recorded as not injectable."""
-    problems = []
-    seen = {r.fault: r for r in summarize(records).itertuples(index=False)}
-    for fault in cfg.faults:
-        r = seen.get(fault)
-        if r is None:
-            problems.append(f"{fault}: no records")
-            continue
-        if r.steps < cfg.min_steps:
-            problems.append(f"{fault}: {r.steps} timed steps, expected >= {cfg.min_steps}")
-        if r.gate_passed is None:
-            problems.append(f"{fault}: the gate measured nothing ({r.gate})")
-        if fault != NO_FAULT and r.injection == "no record of the injection":
-            problems.append(f"{fault}: the injector left no record")
+    problems = phase_problems(summarize(records), cfg,
+                              lambda r: [f"the gate measured nothing ({r.gate})"] if r.gate_passed is None else [])
     return Verification(problems, passed=_PASSED)

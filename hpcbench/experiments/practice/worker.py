@@ -23,60 +23,33 @@ baseline ``none`` first):
 
 from __future__ import annotations
 
-import os
-import time
 from contextlib import nullcontext
 from typing import Any
 
 from hpcbench.core.results import RecordWriter
-from hpcbench.data.readers.cold_batches import ColdWeatherBatches, data_folder_of, prepare_weather_data
-from hpcbench.dist.topology import Topology, gather_node_pids
+from hpcbench.dist.topology import Topology
 from hpcbench.experiments.practice.config import NO_FAULT, PracticeConfig
-
-
-def prepare_data(cfg: PracticeConfig, out_dir: str | os.PathLike) -> str:
-    """The task's weather data set (``out_dir/data``), made once, flushed to the disk."""
-    from hpcbench.models import MODELS
-
-    spec = MODELS.get(cfg.model)
-    return prepare_weather_data(out_dir, channels=spec.channels, grid=spec.grid, seed=cfg.seed,
-                                command="hpcbench practice (generated for the task)")
+from hpcbench.fault.phases import launch_with_data, start_training, timed_steps
 
 
 def launch_practice(task: Any):
     """Make the data set in the driver, then run :func:`run_worker` on the task's ranks."""
-    prepare_data(task.config, task.out_dir)
-    return task.launch(run_worker)
+    return launch_with_data(task, run_worker, "practice")
 
 
 def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> None:
     """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
-    import torch
     import torch.distributed as dist
 
     from hpcbench.diag.step_breakdown import STEP, StepTimer
-    from hpcbench.dist.worker import progress, rank_setup
-    from hpcbench.fault.inject import FaultSite, node_fault_for_phase, rank_part_for_phase
-    from hpcbench.models import MODELS
-    from hpcbench.parallel.modes import parallelize
+    from hpcbench.dist.worker import progress
+    from hpcbench.fault.inject import node_fault_for_phase, rank_part_for_phase
 
-    rank = rank_setup(cfg, topo)
-    device = rank.device
-    ranks = gather_node_pids(topo)
-    target = ranks[-1][0]                                   # the last node gets the faults
+    run = start_training(cfg, topo, writer)
+    rank, device, spec, model, opt, batches = run.rank, run.rank.device, run.spec, run.model, run.opt, run.batches
+    site, target = run.site, run.site.node
     node = topo.node_name
-    site = FaultSite(target, [pid for n, pid in ranks if n == target], data_folder_of(writer.path), cfg)
     injector = node == target and topo.local_rank == 0
-    if rank.lead:
-        writer.add("topology", None, "", text=topo.describe(),
-                   labels={"nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node, "emulated": topo.emulated})
-        writer.add("faulty_node", None, "", text=target)
-    spec = MODELS.get(cfg.model)
-    torch.manual_seed(cfg.seed)
-    model = parallelize(spec.build().to(device), "ddp", topo, device=device)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    batches = ColdWeatherBatches(site.data, rank=topo.rank, world_size=topo.world_size, seed=cfg.seed,
-                                 batch_size=cfg.batch_size)
     timer = StepTimer(device, annotate=False)
     reads: list[float] = []
 
@@ -104,15 +77,7 @@ def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> Non
             for _ in range(cfg.warmup_steps):
                 step()
             reads.clear()
-            steps, started = [], time.perf_counter()
-            go = torch.ones(1)
-            while True:
-                steps.append(step())
-                # rank 0's clock ends the phase for everyone, so every rank runs the same steps
-                go[0] = float(time.perf_counter() - started < cfg.phase_s or len(steps) < cfg.min_steps)
-                dist.broadcast(go, src=0)
-                if go[0] == 0:
-                    break
+            steps = timed_steps(step, cfg)
             dist.barrier()
         for i, s in enumerate(steps):
             writer.add("step_time", s[STEP], "s", step=i, labels=labels)

@@ -1,14 +1,12 @@
 """Experiment ``scale_model``: the scale model validated on the emulated cluster at several link rates; C1 with it."""
 
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.scale_model.config import RUN_MODES, ScaleModelConfig
 from hpcbench.experiments.scale_model.present import present_scale_model
 from hpcbench.experiments.scale_model.rules import RULES, predict_c1_at_guide_scale
 from hpcbench.experiments.scale_model.summary import summarize
 from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, model_footprint, training_memory, training_step_seconds
-from hpcbench.scale.guide_scale import GUIDE_PREDICTORS, predictor
 
 #: float32 copies of the parameters alive at once: the base model, then per mode the trained DDP copy, its
 #: no-op twin and (modes with a Python hook) its twin with local collectives (weights, gradients, DDP's buckets
@@ -82,12 +80,11 @@ SPEC = register(Experiment(
                 "the measured median; C1 judged at the guide's platform with the measured link efficiency",
     summarize=summarize,
     rules=RULES,
-    # The ledger's "predicted at the guide's scale" for C1, C2, C3, C7, C8, C9: the model at the guide's platform,
-    # with this experiment's measured link efficiency as an input where it has launches.
-    predictions={"C1": predict_c1_at_guide_scale,
-                 **{claim_id: predictor(claim_id) for claim_id in GUIDE_PREDICTORS.names()}},
+    # The ledger's "predicted at the guide's scale" for C1: the model at the guide's platform, with this
+    # experiment's measured link efficiency as an input where it has launches. The experiments that rule on
+    # C2, C3, C7, C8 and C9 predict them, with this experiment's evidence (their SPECs' prediction_inputs).
+    predictions={"C1": predict_c1_at_guide_scale},
     present=present_scale_model,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

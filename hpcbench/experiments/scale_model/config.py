@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from hpcbench.cluster.network import parse_rate
 from hpcbench.core.config import ByteSize, DistributedConfig, param
+from hpcbench.core.metrics import size_sweep
 from hpcbench.core.registry import Registry
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.scale.predict import MODE_MODELS
@@ -50,15 +51,6 @@ OP_NAMES = ("all_reduce", "all_gather", "all_to_all", "reduce_scatter")
 MIN_SIZES = 4
 #: The rate of a phase outside the emulated cluster, where no link can be shaped.
 UNSHAPED = "unshaped"
-
-
-def size_sweep(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
-    """Geometric sizes from ``min_bytes`` up to and including ``max_bytes`` when reached (nccl-tests -b/-e/-f)."""
-    sizes, s = [], int(min_bytes)
-    while s <= max_bytes:
-        sizes.append(s)
-        s *= factor
-    return sizes
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import Any
 
 from hpcbench.experiments.scale_model.rules import pct
 from hpcbench.experiments.scale_model.summary import TOLERANCE
+from hpcbench.present.kit import panels_figure
 
 #: One colour per mode, in the order the modes first appear.
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3")
@@ -74,19 +75,12 @@ def draw_residuals(ax: Any, steps: Any) -> None:
 
 
 def scale_model_plot(summary: Any, *, title: str = "The scale model on the emulated cluster"):
-    """Left: predicted vs measured per mode across link rates; right: the residuals.
-
-    Args:
-        summary: the frame of :func:`hpcbench.experiments.scale_model.summary.summarize`.
-    Returns:
-        The matplotlib Figure.
-    """
-    import matplotlib.pyplot as plt
-
+    """The notebook's figure of :func:`~hpcbench.experiments.scale_model.summary.summarize`'s frame; returns the
+    matplotlib Figure. Left: predicted vs measured per mode across link rates; right: the residuals."""
     steps = summary[summary["row"] == "step"] if len(summary) else summary
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    draw_predicted_vs_measured(left, steps)
-    draw_residuals(right, steps)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+
+    def draw(axes: list) -> None:
+        draw_predicted_vs_measured(axes[0], steps)
+        draw_residuals(axes[1], steps)
+
+    return panels_figure(draw, title=title)

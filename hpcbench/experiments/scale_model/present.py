@@ -108,9 +108,7 @@ def present_scale_model(data: ExperimentData) -> list[Section]:
         section.tables.append(_fit_table(s[s["row"] == "fit"]))
     if (s["row"] == "c1").any():
         section.tables.append(_c1_table(s[s["row"] == "c1"]))
-    table = text_table(data.text, caption="Phases, link shaping and text records")
-    if table is not None:
-        section.tables.append(table)
+    section.add(text_table(data.text, caption="Phases, link shaping and text records"))
     section.tables += evidence_tables(data, ["row", "link_rate", "mode", "measured_p50_ms", "predicted_ms", "residual",
                                              "efficiency", "c1_busy_share", "ok"])
     return [section]

@@ -55,8 +55,8 @@ from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import in_group, launch_groups
-from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference, judge,
-                                    single_value)
+from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference,
+                                    combine_verdicts, judge, single_value)
 from hpcbench.scale.guide_scale import ModelText
 from hpcbench.scale.platforms import LinkModel, Platform, get_platform
 from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Prediction, predict_c1, predict_step,
@@ -288,12 +288,7 @@ def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
         shown = {REPRODUCED: "consistent with the model", NOT_REPRODUCED: "inconsistent with the model"}
         parts.append("; ".join(f"{_nics(n)} per node{where}: {o.interval.describe()}" for n, o in per_nic.items())
                      + f" -> {shown.get(verdict, verdict)}: {reason}")
-    if NOT_REPRODUCED in verdicts:
-        overall = NOT_REPRODUCED
-    elif verdicts and all(v == REPRODUCED for v in verdicts):
-        overall = REPRODUCED
-    else:
-        overall = INCONCLUSIVE
+    overall = combine_verdicts(verdicts)
     effs = [e for _, _, group_effs, _ in found for e in group_effs]
     detail = what + _detail(effs, found[0][3])
     if len(found) > 1:

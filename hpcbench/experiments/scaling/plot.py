@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcbench.present.kit import mark_empty, panels_figure
+
 #: Bar colours by the stage's gate: passed, failed, not measurable / not run.
 GATE_COLOURS = {True: "#55a868", False: "#c44e52", None: "#8c8c8c"}
 
@@ -37,33 +39,29 @@ def draw_efficiency(ax: Any, summary: Any, *, reference: float | None = None) ->
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def scaling_plot(summary: Any, *, title: str = "Progressive scaling behind the gate"):
-    """Left: per-node efficiency per stage; right: step time with communication and under the no-op hook.
-
-    Args:
-        summary: the frame of :func:`hpcbench.experiments.scaling.summary.summarize`.
-    Returns:
-        The matplotlib Figure.
-    """
-    # pyplot here, not at import: the report draws on a bare Figure in worker threads.
-    import matplotlib.pyplot as plt
-
-    from hpcbench.experiments.scaling.rules import C13_MIN_EFFICIENCY
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0))
-    draw_efficiency(left, summary, reference=C13_MIN_EFFICIENCY)
+def draw_step_times(ax: Any, summary: Any) -> None:
+    """Step time p50 per stage that ran: with communication, and the same step under the no-op hook."""
     ran = summary[summary["ran"]] if len(summary) else summary
     if len(ran):
-        right.plot(ran["nodes"], ran["step_p50_ms"], marker="o", label="step (with communication)")
-        right.plot(ran["nodes"], ran["noop_p50_ms"], marker="s", label="same step, no-op hook")
-        right.set_xticks(list(ran["nodes"]))
-        right.set_xlabel("nodes")
-        right.set_ylabel("step time p50 (ms)")
-        right.legend(fontsize=8)
-        right.grid(True, alpha=0.3)
+        ax.plot(ran["nodes"], ran["step_p50_ms"], marker="o", label="step (with communication)")
+        ax.plot(ran["nodes"], ran["noop_p50_ms"], marker="s", label="same step, no-op hook")
+        ax.set_xticks(list(ran["nodes"]))
+        ax.set_xlabel("nodes")
+        ax.set_ylabel("step time p50 (ms)")
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
     else:
-        right.text(0.5, 0.5, "no stage ran", ha="center", va="center")
-    right.set_title("step time per stage", fontsize=10)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+        mark_empty([ax], "no stage ran")
+    ax.set_title("step time per stage", fontsize=10)
+
+
+def scaling_plot(summary: Any, *, title: str = "Progressive scaling behind the gate"):
+    """The notebook's figure of :func:`~hpcbench.experiments.scaling.summary.summarize`'s frame; returns the
+    matplotlib Figure. Left: per-node efficiency per stage (:func:`draw_efficiency`); right: :func:`draw_step_times`."""
+    from hpcbench.experiments.scaling.rules import C13_MIN_EFFICIENCY
+
+    def draw(axes: list) -> None:
+        draw_efficiency(axes[0], summary, reference=C13_MIN_EFFICIENCY)
+        draw_step_times(axes[1], summary)
+
+    return panels_figure(draw, title=title, figsize=(11, 4.0))

@@ -3,9 +3,9 @@
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import BREAKDOWN_STEPS, TRACE_STEPS
-from hpcbench.experiments import (RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment,
-                                  distributed_resources, register)
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
 from hpcbench.experiments.weather_case.config import GUIDE_REGIME, WeatherCaseConfig
+from hpcbench.experiments.weather_case.prediction import PREDICTIONS
 from hpcbench.experiments.weather_case.present import present_weather_case
 from hpcbench.experiments.weather_case.rules import RULES
 from hpcbench.experiments.weather_case.stages import STAGES
@@ -82,9 +82,10 @@ SPEC = register(Experiment(
                 "share, bytes across nodes, loss check",
     summarize=summarize,
     rules=RULES,
+    predictions=PREDICTIONS,
+    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
     regimes={"C7": GUIDE_REGIME},
     present=present_weather_case,
-    resources=distributed_resources,
     estimate=estimate,
     toy=TOY,
 ))

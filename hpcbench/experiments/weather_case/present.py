@@ -107,9 +107,7 @@ def present_weather_case(data: ExperimentData) -> list[Section]:
                     "timed steps cannot be wrapped without changing them), their micro-batches read from the "
                     "loader as they go (data_wait: the HDF5 reads), each phase summed over the k micro-steps, "
                     "every rank's")
-    table = text_table(without_diagnostics(data.text), caption="Facts, stage set-ups and how bytes were counted")
-    if table is not None:
-        section.tables.append(table)
+    section.add(text_table(without_diagnostics(data.text), caption="Facts, stage set-ups and how bytes were counted"))
     section.tables += evidence_tables(data, ["stage", "micro_step_p50_ms", "busy_share_p50", "speedup_vs_original",
                                              "bytes_across_nodes", "loss_vs_original", "steps"])
     return [section]

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from hpcbench.core.results import expand_labels
-from hpcbench.core.sanity import Verification
+from hpcbench.core.sanity import Verification, expected_rows
 from hpcbench.diag.report import breakdown_columns
 from hpcbench.experiments.weather_case.config import LOSS_TOLERANCE, WeatherCaseConfig
 from hpcbench.experiments.weather_case.stages import BASELINE, STAGE_ORDER, STAGES
@@ -142,14 +142,8 @@ _PASSED = ("every stage was timed for the configured steps, learned what origina
 
 def verify_records(records: Any, cfg: WeatherCaseConfig) -> Verification:
     """Every configured stage has its timed steps, its bytes, and passed the loss and rank checks."""
-    problems = []
-    summary = summarize(records)
-    seen = {r.stage: r for r in summary.itertuples(index=False)}
-    for name in cfg.stages:
-        r = seen.get(name)
-        if r is None:
-            problems.append(f"{name} has no records")
-            continue
+    problems: list[str] = []
+    for name, r in expected_rows(summarize(records), lambda r: r.stage, ((s, s) for s in cfg.stages), problems):
         if r.steps != cfg.steps:
             problems.append(f"{name}: {r.steps} timed steps, expected {cfg.steps}")
         if not math.isfinite(r.bytes_across_nodes):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import nbformat
 import pytest
@@ -87,7 +86,7 @@ def cluster_run(emulated_cluster, tmp_path_factory):
 
 
 def test_cluster_phases_reshape_the_link_and_put_it_back(cluster_run):
-    from hpcbench.cluster import load_cluster
+    from hpcbench.cluster import load_cluster, network
     from hpcbench.cluster.network import parse_rate
 
     df, _, cluster = cluster_run
@@ -102,10 +101,9 @@ def test_cluster_phases_reshape_the_link_and_put_it_back(cluster_run):
     # after the run: cluster.json and both ends of every link at the cluster's own rate again
     assert load_cluster(cluster.state_dir).spec.link_rate == cluster.spec.link_rate == "1gbit"
     for node in cluster.nodes:
-        host = subprocess.run(["tc", "qdisc", "show", "dev", node.veth_host], capture_output=True, text=True).stdout
-        inside = subprocess.run(["tc", "-n", node.netns, "qdisc", "show", "dev", node.veth_node], capture_output=True,
-                                text=True).stdout
-        assert "rate 1Gbit" in host and "rate 1Gbit" in inside
+        ends = network.read_qdiscs(node.veth_host) + network.read_qdiscs(node.veth_node,
+                                                                          netns=network.netns_path(node.netns))
+        assert [q.rate_bps for q in ends if q.rate_bps is not None] == [parse_rate("1gbit")] * 2, ends
     # and the slow phase really ran slow: its probe's largest world all-reduce took far longer
     probe = {(lab["regime"], lab["group"], lab["size_bytes"]): v for lab, v, _ in labels(df, "time")}
     big = max(size for _, _, size in probe)

@@ -8,13 +8,14 @@ tests/test_node_faults.py.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
 from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 
+from hpcbench.cluster import network
+from hpcbench.core.tc import parse_rate
 from hpcbench.fault.inject.storage import BLKIO_ROOT, CGROUP_PREFIX
 from hpcbench.experiments.monitoring.config import FAULTS, MonitoringConfig
 from hpcbench.experiments.monitoring.summary import summarize, verify_records
@@ -39,10 +40,10 @@ def test_every_fault_is_applied_on_n2_and_undone(cluster_run):
     assert all(s.loc[f, "injected"] == True for f in FAULTS if f != "none")  # noqa: E712
     logs = "\n".join(df[df["metric"] == "fault_injected"]["text"].dropna())
     assert logs.count("on n2: undone") == 4 and "blkio.throttle.read_bps_device" in logs and "pinned to CPU" in logs
-    # nothing left behind: the link back at the cluster's rate, no throttle cgroup
+    # nothing left behind: both ends of n2's link back at the cluster's rate, no throttle cgroup
     n2 = cluster.node("n2")
-    host = subprocess.run(["tc", "qdisc", "show", "dev", n2.veth_host], capture_output=True, text=True).stdout
-    assert "rate 1Gbit" in host
+    ends = network.read_qdiscs(n2.veth_host) + network.read_qdiscs(n2.veth_node, netns=network.netns_path(n2.netns))
+    assert [q.rate_bps for q in ends if q.rate_bps is not None] == [parse_rate("1gbit")] * 2, ends
     assert not list(BLKIO_ROOT.glob(f"{CGROUP_PREFIX}-*"))
     assert verify_records(df, MonitoringConfig.from_dict(SHORT)).ok
 

@@ -25,6 +25,8 @@ from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
 from conftest import execute_notebook, missing
 
 from hpcbench.affinity.applied import allowed_cpus
+from hpcbench.cluster import network
+from hpcbench.core.tc import parse_rate
 from hpcbench.fault.inject import NodeFaultError, node_link
 from hpcbench.fault.inject.cgroups import cgroup_v1_of
 from hpcbench.fault.inject.cpu import (CPU_CGROUP_PREFIX, CPU_ROOT, CpuQuota, ThreadHungryNeighbour,
@@ -88,10 +90,10 @@ def test_cluster_faults_are_applied_on_n2_undone_and_gated(cluster_run):
     assert s.loc["slow_storage", "injected"] == True and s.loc["slow_link", "injected"] == True  # noqa: E712
     logs = "\n".join(df[df["metric"] == "fault_injected"]["text"].dropna())
     assert logs.count("on n2: undone") == 2 and "blkio.throttle.read_bps_device" in logs and "tbf rate 50mbit" in logs
-    # nothing left behind: the link back at the cluster's rate, no throttle cgroup
-    host = subprocess.run(["tc", "qdisc", "show", "dev", cluster.node("n2").veth_host], capture_output=True,
-                          text=True).stdout
-    assert "rate 1Gbit" in host
+    # nothing left behind: both ends of n2's link back at the cluster's rate, no throttle cgroup
+    n2 = cluster.node("n2")
+    ends = network.read_qdiscs(n2.veth_host) + network.read_qdiscs(n2.veth_node, netns=network.netns_path(n2.netns))
+    assert [q.rate_bps for q in ends if q.rate_bps is not None] == [parse_rate("1gbit")] * 2, ends
     assert not list(BLKIO_ROOT.glob(f"{CGROUP_PREFIX}-*"))
     # the gate ran on every phase, on both ranks' rows; throttled reads break its read P99 (0.3 s per block)
     assert s["gate_passed"].notna().all() and s["gate"].str.contains("median over 2 rank").all()

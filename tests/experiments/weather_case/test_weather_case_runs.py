@@ -114,9 +114,7 @@ def cluster_run(emulated_cluster, tmp_path_factory):
 
 
 def test_on_the_cluster_the_link_is_calibrated_to_the_guides_regime_and_put_back(cluster_run):
-    import subprocess
-
-    from hpcbench.cluster import load_cluster
+    from hpcbench.cluster import load_cluster, network
     from hpcbench.cluster.network import parse_rate
     from hpcbench.judge.evidence import facts_of
 
@@ -140,8 +138,9 @@ def test_on_the_cluster_the_link_is_calibrated_to_the_guides_regime_and_put_back
     # after the run: cluster.json and both ends of every link at the cluster's own rate again
     assert load_cluster(cluster.state_dir).spec.link_rate == cluster.spec.link_rate == "1gbit"
     for node in cluster.nodes:
-        host = subprocess.run(["tc", "qdisc", "show", "dev", node.veth_host], capture_output=True, text=True).stdout
-        assert "1Gbit" in host, host
+        ends = network.read_qdiscs(node.veth_host) + network.read_qdiscs(node.veth_node,
+                                                                          netns=network.netns_path(node.netns))
+        assert [q.rate_bps for q in ends if q.rate_bps is not None] == [parse_rate("1gbit")] * 2, ends
 
 
 # -- the data, prepared in the driver --------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""C2 at the guide's scale: the scale model's per-GPU gain of a 4x batch by gradient accumulation.
+
+The ledger's "predicted at the guide's scale" for the claim this experiment rules on. Its measured
+inputs (link efficiency, overlapped share) come from the scale model's launches: the SPEC's
+``prediction_inputs`` names whose evidence the ledger passes.
+"""
+
+from __future__ import annotations
+
+from hpcbench.core.errors import ConfigError
+from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
+from hpcbench.scale.guide_scale import (GPT2_124M, GUIDE_NODES, GUIDE_PLATFORM, RESNET50, GuidePrediction,
+                                        MeasuredInputs, base_inputs, model_step, nic_counts, nics_text, per_nics,
+                                        percent, platform_at, predictor, readable_count)
+from hpcbench.scale.platforms import Platform
+
+
+def predict_c2(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_NODES,
+               nics_per_node: int | None = None, measured: MeasuredInputs | None = None,
+               factor: int = GUIDE_C2_BATCH_FACTOR) -> GuidePrediction:
+    """C2: per-GPU throughput of a ``factor``-x batch by accumulation (``no_sync`` k) over one micro-step.
+
+    Args:
+        factor: micro-steps accumulated under ``no_sync()`` before one all-reduce (the guide: > 4x).
+        platform, nodes, nics_per_node, measured: as every prediction at the guide's scale
+            (:func:`~hpcbench.scale.guide_scale.nic_counts`, :class:`~hpcbench.scale.guide_scale.MeasuredInputs`).
+
+    Returns:
+        :class:`GuidePrediction`; ``values`` ``<model>.gain@<nics>`` (per-GPU throughput gain) and
+        ``<model>.gain`` at ``nics_per_node``.
+    """
+    if factor < 1:
+        raise ConfigError(f"{factor} is out of range; allowed: >= 1", field="factor", config="predict_c2")
+    measured = measured or MeasuredInputs()
+    chosen, counts = nic_counts(platform, nics_per_node)
+    inputs = base_inputs(platform, nodes, chosen, counts, measured)
+    inputs["accumulation"] = f"{factor} micro-steps under no_sync, one fp32 ring all-reduce (DDP buckets)"
+    values: dict[str, float] = {}
+    parts, shares = [], []
+    for work in (RESNET50, GPT2_124M):
+        compute_s, basis = work.compute(platform)
+        inputs[work.label] = f"{readable_count(work.params)} params, {basis} = {compute_s * 1e3:.1f} ms compute"
+        for nics in counts:
+            plat = platform_at(platform, nics, measured)
+            one = model_step(work.params, plat, nodes, "ddp", compute_s, measured)
+            acc = model_step(work.params, plat, nodes, f"no_sync {factor}", compute_s, measured)
+            values[f"{work.name}.gain@{nics}"] = factor * one.step_s / acc.step_s - 1.0
+            values[f"{work.name}.comm_share@{nics}"] = one.comm_share
+        values[f"{work.name}.gain"] = values[f"{work.name}.gain@{chosen}"]
+        parts.append(f"{work.label} " + per_nics(counts, lambda n, w=work: percent(values[f"{w.name}.gain@{n}"])))
+        shares.append(f"{work.label} " + per_nics(
+            counts, lambda n, w=work: "%.1f %%" % (values[f"{w.name}.comm_share@{n}"] * 100)))
+    text = (f"per-GPU throughput of a {factor}x batch by accumulation over one micro-step: {'; '.join(parts)}, "
+            f"against the guide's +{GUIDE_C2_GAIN * 100:.0f} %. Accumulation only amortises the all-reduce, "
+            f"which is {'; '.join(shares)} of a one-micro-step DDP step here")
+    return GuidePrediction("C2", text, inputs, values,
+                           headline=f"{percent(values['resnet50.gain'])} ResNet-50, {nics_text(chosen)}/node")
+
+
+PREDICTIONS = {"C2": predictor("C2", predict_c2)}
+"""The SPEC's ``predictions``: C2 at the guide's scale, with the measured inputs of the evidence it is given."""

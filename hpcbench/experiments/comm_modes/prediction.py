@@ -1,0 +1,75 @@
+"""C3 at the guide's scale: the scale model's throughput gain of the hierarchical all-reduce over DDP.
+
+The ledger's "predicted at the guide's scale" for the claim this experiment rules on. Its measured
+inputs (link efficiency, overlapped share) come from the scale model's launches: the SPEC's
+``prediction_inputs`` names whose evidence the ledger passes.
+"""
+
+from __future__ import annotations
+
+from hpcbench.core.facts import GUIDE_C3_GPT2, GUIDE_C3_RESNET
+from hpcbench.scale.guide_scale import (GPT2_124M, GUIDE_JOB_TASKS, GUIDE_NODES, GUIDE_PLATFORM, RESNET50,
+                                        GuidePrediction, MeasuredInputs, base_inputs, model_step, nic_counts,
+                                        nics_text, per_nics, percent, platform_at, predictor, readable_count)
+from hpcbench.scale.platforms import Platform
+
+
+def predict_c3(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_NODES,
+               nics_per_node: int | None = None, measured: MeasuredInputs | None = None) -> GuidePrediction:
+    """C3: throughput gain of the hierarchical all-reduce (hook) over DDP's ring, ResNet-50 and GPT-2 124M.
+
+    Args:
+        platform: a registered platform name or a :class:`~hpcbench.scale.platforms.Platform`.
+        nodes: nodes in the job (the guide's job script: 4).
+        nics_per_node: NICs per node (default the platform's); the result is also shown at 1 and 8.
+        measured: measured inputs (link efficiency, overlapped share); default none.
+
+    Returns:
+        :class:`GuidePrediction` with ``values`` ``<model>.gain@<nics>``, ``<model>.ddp_comm_share@<nics>``,
+        the step times, ``<model>.compute_s`` and ``<model>.gain`` at ``nics_per_node``.
+    """
+    measured = measured or MeasuredInputs()
+    chosen, counts = nic_counts(platform, nics_per_node)
+    inputs = base_inputs(platform, nodes, chosen, counts, measured)
+    values: dict[str, float] = {}
+    guide = {"resnet50": GUIDE_C3_RESNET, "gpt2_124M": GUIDE_C3_GPT2}
+    parts, shares, needs, guide_gains = [], [], [], []
+    for work in (RESNET50, GPT2_124M):
+        compute_s, basis = work.compute(platform)
+        inputs[work.label] = f"{readable_count(work.params)} params, {basis} = {compute_s * 1e3:.1f} ms compute"
+        values[f"{work.name}.compute_s"] = compute_s
+        for nics in counts:
+            plat = platform_at(platform, nics, measured)
+            ddp = model_step(work.params, plat, nodes, "ddp", compute_s, measured)
+            hier = model_step(work.params, plat, nodes, "hierarchical", compute_s, measured)
+            values[f"{work.name}.gain@{nics}"] = ddp.step_s / hier.step_s - 1.0
+            values[f"{work.name}.ddp_comm_share@{nics}"] = ddp.comm_share
+            values[f"{work.name}.ddp_step_s@{nics}"] = ddp.step_s
+            values[f"{work.name}.hierarchical_step_s@{nics}"] = hier.step_s
+        values[f"{work.name}.gain"] = values[f"{work.name}.gain@{chosen}"]
+        base, new, stated = guide[work.name]
+        gain = new / base - 1.0
+        guide_gains.append(f"+{stated:.1f} %")
+        # A gain g from cheaper communication alone needs DDP to spend at least g / (1 + g) of its step
+        # communicating (the hierarchical step can be no shorter than the compute).
+        needs.append(f"{gain / (1 + gain) * 100:.0f} %")
+        parts.append(f"{work.label} " + per_nics(counts, lambda n, w=work: percent(values[f"{w.name}.gain@{n}"])))
+        shares.append(f"{work.label} " + per_nics(
+            counts, lambda n, w=work: "%.1f %%" % (values[f"{w.name}.ddp_comm_share@{n}"] * 100)))
+        values[f"{work.name}.guide_gain"] = gain
+        # The guide's DDP rate against what its 32 GPUs would do at this compute alone: far below 1 means
+        # its DDP step was mostly something other than this model's compute.
+        values[f"{work.name}.guide_ddp_share_of_compute_rate"] = base / (GUIDE_JOB_TASKS * work.per_step / compute_s)
+    rates = " and ".join(f"{values[f'{w}.guide_ddp_share_of_compute_rate'] * 100:.2g} %" for w in guide)
+    text = (f"hierarchical over DDP throughput: {'; '.join(parts)}, against the guide's "
+            f"{' and '.join(guide_gains)}. DDP's exposed communication share of its step: {'; '.join(shares)}; "
+            f"the guide's gains need at least {' and '.join(needs)} even if the hierarchical reduction cost nothing. "
+            f"The guide's DDP rates are {rates} of what its {GUIDE_JOB_TASKS} GPUs compute at the inputs' rates")
+    inputs["gradients"] = "fp32, DDP buckets 25 MiB (first 1 MiB); hierarchical: reduce-scatter, peer all-reduce, " \
+                          "all-gather"
+    return GuidePrediction("C3", text, inputs, values,
+                           headline=f"{percent(values['resnet50.gain'])} ResNet-50, {nics_text(chosen)}/node")
+
+
+PREDICTIONS = {"C3": predictor("C3", predict_c3)}
+"""The SPEC's ``predictions``: C3 at the guide's scale, with the measured inputs of the evidence it is given."""
