@@ -13,7 +13,7 @@ import pytest
 
 from hpcbench import cli
 from hpcbench.core.errors import SuiteError
-from hpcbench.experiments import EXPERIMENTS, TASK_BASE_BYTES, Estimate, baseline_estimate
+from hpcbench.experiments import EXPERIMENTS, TASK_BASE_BYTES, Estimate, baseline_estimate, wants_gpu
 from hpcbench.models import MODEL_NAMES
 from hpcbench.models.footprint import model_footprint, training_memory
 from hpcbench.run import limits
@@ -302,18 +302,22 @@ def test_cuda_devices_counts_the_drivers_gpu_folders(tmp_path):
                                           ({"backend": "gloo"}, None)])
 def test_only_an_explicit_nccl_or_cuda_asks_for_a_gpu(params, asks):
     cfg = EXPERIMENTS.get("batch_scaling").config.from_dict({"nodes": 1, "ranks_per_node": 1, **params})
-    assert limits.wants_gpu(cfg) == asks
+    assert wants_gpu(cfg) == asks
     ft = EXPERIMENTS.get("fault_tolerance").config
-    assert limits.wants_gpu(ft.from_dict({"device": "cuda"})) == "device: cuda"
-    assert limits.wants_gpu(ft.from_dict({"device": "auto"})) is None
+    assert wants_gpu(ft.from_dict({"device": "cuda"})) == "device: cuda"
+    assert wants_gpu(ft.from_dict({"device": "auto"})) is None
 
 
 def test_the_gpu_suite_is_refused_cleanly_on_a_machine_without_gpus(machine, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     suite = load_suite("gpu")
     asking = {t.task_id for t in suite.tasks
-              if limits.wants_gpu(EXPERIMENTS.get(t.experiment).config.from_dict(t.params))}
+              if wants_gpu(EXPERIMENTS.get(t.experiment).config.from_dict(t.params))}
     assert len(asking) >= 3  # the suite is about the GPU, not a CPU suite with a GPU name
+    # the limits decide from the tasks' resources, which say the same
+    assert asking == {t.task_id for t in suite.tasks
+                      if EXPERIMENTS.get(t.experiment).resources(
+                          EXPERIMENTS.get(t.experiment).config.from_dict(t.params)).gpu}
     rc, out, err = run_cli(capsys, "suite", "gpu")
     assert rc == 2 and not (tmp_path / "results").exists()  # nothing started, nothing written
     for task_id in asking:

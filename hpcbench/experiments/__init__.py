@@ -118,14 +118,26 @@ def baseline_estimate(cfg: Any) -> Estimate:
                     "data not counted")
 
 
+def wants_gpu(cfg: Any) -> str | None:
+    """The config field that asks for one CUDA device per rank (``backend: nccl``, ``device: cuda``); None if none.
+
+    ``backend: auto`` and ``device: auto`` are not counted: they pick CUDA only where every rank has a GPU.
+    """
+    if getattr(cfg, "backend", None) == "nccl":
+        return "backend: nccl"
+    if getattr(cfg, "device", None) == "cuda":
+        return "device: cuda"
+    return None
+
+
 def single_process(cfg: Any) -> Resources:
-    """An experiment that runs in the notebook process itself."""
-    return Resources()
+    """An experiment that runs in the notebook process itself (on a GPU when its config asks for one)."""
+    return Resources(gpu=wants_gpu(cfg) is not None)
 
 
 def distributed_resources(cfg: Any) -> Resources:
-    """A :class:`~hpcbench.core.config.DistributedConfig`'s nodes x ranks per node, GPU when NCCL."""
-    return Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node, gpu=cfg.backend == "nccl")
+    """A :class:`~hpcbench.core.config.DistributedConfig`'s nodes x ranks per node, a GPU per rank when NCCL."""
+    return Resources(nodes=cfg.nodes, ranks_per_node=cfg.ranks_per_node, gpu=wants_gpu(cfg) is not None)
 
 
 def config_resources(cfg: Any) -> Resources:

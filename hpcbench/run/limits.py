@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.registry import Registry
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import EXPERIMENTS, Estimate, Resources
+from hpcbench.experiments import EXPERIMENTS, Estimate, Resources, wants_gpu
 from hpcbench.run.suite import Suite, TaskSpec
 
 #: How to force a run past the rank limit, as the refusal says it.
@@ -148,21 +148,12 @@ def memory_problem(task_id: str, experiment: str, estimate: Estimate, resources:
             f"lower its sizes (hpcbench params {experiment}) or run it where there is more memory")
 
 
-def wants_gpu(cfg: Any) -> str | None:
-    """The config field that asks for one CUDA device per rank (``backend: nccl``, ``device: cuda``); None if none.
-
-    ``backend: auto`` is not counted: it picks NCCL only where every rank has a GPU.
-    """
-    if getattr(cfg, "backend", None) == "nccl":
-        return "backend: nccl"
-    if getattr(cfg, "device", None) == "cuda":
-        return "device: cuda"
-    return None
-
-
 def gpu_problem(task_id: str, asks: str | None, resources: Resources, capacity: Capacity) -> str | None:
-    """Why a task that asks for a GPU per rank cannot have them here; None when it can or nobody knows."""
-    if asks is None or capacity.gpus is None:
+    """Why a task whose resources need a GPU per rank cannot have them here; None when it can or nobody knows.
+
+    ``asks``: the config field that asks for them, for the message (:func:`~hpcbench.experiments.wants_gpu`).
+    """
+    if not resources.gpu or capacity.gpus is None:
         return None
     need = resources.nodes * resources.ranks_per_node  # every emulated node is this machine
     if capacity.gpus >= need:
