@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ from hpcbench.parallel.compression import (COMPRESSIONS, allreduce_bytes_sent, a
                                            encode_message, is_skipped, quantize_with_feedback)
 from hpcbench.parallel.hooks import BucketLog, HierarchicalState, hierarchical_allreduce_, padded_length
 from hpcbench.parallel.modes import parallelize
+from hpcbench.scale.regime import Calibration, busy_share, judged_rate_bps, regime_facts, write_calibration
+from hpcbench.system.facts import write_facts
 
 #: Distinct training batches per rank, cycled: enough that the loss is not one batch memorised.
 TRAIN_BATCHES = 8
@@ -263,7 +266,7 @@ def calibrate_mode(cfg: CompressionConfig, base: Any, spec: ModelSpec, mode: str
     import torch.distributed as dist
 
     from hpcbench.dist.worker import progress
-    from hpcbench.scale.regime import busy_share, calibrate_on_ranks
+    from hpcbench.scale.regime import calibrate_on_ranks
 
     quiet = parallelize(copy.deepcopy(base), mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device, state=hier,
                         comm="noop")
@@ -291,13 +294,38 @@ def calibrate_mode(cfg: CompressionConfig, base: Any, spec: ModelSpec, mode: str
                               device=device, baseline=BASELINE, progress=progress)
 
 
+@dataclass
+class RegimeReached:
+    """One calibrated (model, mode): its calibration and the regime its judged steps reached."""
+
+    series: str  # "<model> <mode>", as the calibration's sentence names it
+    calibration: Calibration
+    labels: dict
+    busy: float  # none's busy share over the judged steps (slowest rank's times)
+    link_rate_bps: float | None  # the rate the judged steps ran at, None where the link was not shaped
+
+
+def write_regime(writer: RecordWriter, reached: list[RegimeReached]) -> None:
+    """Each calibration's points and sentence, and the launch's regime facts (``fact.regime.*``).
+
+    A launch holds one set of facts: with several calibrated (model, mode)s they are those of the
+    one farthest from the case's regime, so that a launch counts as in the regime only if all were
+    (the C8 rule still judges each pair on its own busy share).
+    """
+    for r in reached:
+        write_calibration(writer, r.calibration, f"{r.series}: {BASELINE}", labels=r.labels, judged_busy=r.busy,
+                          target_busy=GUIDE_REGIME.target_busy)
+    worst = max(reached, key=lambda r: abs(r.busy - GUIDE_REGIME.target_busy) if math.isfinite(r.busy) else math.inf)
+    write_facts(writer, {**regime_facts(GUIDE_REGIME.target_busy, worst.busy, worst.link_rate_bps),
+                         "regime.series": worst.series})
+
+
 def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> None:
     """Entry point on every rank (see :func:`hpcbench.dist.launch`)."""
     import torch
     import torch.distributed as dist
 
     from hpcbench.dist.worker import progress, rank_setup
-    from hpcbench.scale.regime import write_calibration
 
     rank = rank_setup(cfg, topo)
     device, sync, lead = rank.device, rank.sync, rank.lead
@@ -310,6 +338,7 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
     skip = tuple(cfg.skip)
 
     steer = SteeredLink() if cfg.regime == "guide" else None
+    reached: list[RegimeReached] = []  # one per calibrated (model, mode)
     with steer if steer is not None else contextlib.nullcontext():
         for model_name in cfg.models:
             spec = MODELS.get(model_name)
@@ -356,12 +385,10 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
                                                  ("wire_bytes", "B"), ("final_loss", "")):
                                 writer.add(metric, None, unit, labels=labels, text=f"not applicable: {exc}")
                         progress(f"{model_name} / {mode} / {name}: not applicable")
+                calibration = None
                 if steer is not None:
                     calibration = calibrate_mode(cfg, base, spec, mode, topo, device, hier, batches, steer,
                                                  lead=lead, sync=sync)
-                    if lead:
-                        # Labelled with the (model, mode) it was for.
-                        write_calibration(writer, calibration, BASELINE, labels=base_labels)
                 for s in runs:
                     s.timer = StepTimer(device, annotate=False)
 
@@ -380,6 +407,10 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
                 dist.all_reduce(flat, op=dist.ReduceOp.MAX)
                 flat = flat.cpu()
                 slow = {s.name: flat[j * cfg.steps:(j + 1) * cfg.steps].tolist() for j, s in enumerate(runs)}
+                if calibration is not None:
+                    reached.append(RegimeReached(f"{model_name} {mode}", calibration, base_labels,
+                                                 busy_share(slow[BASELINE], slow["noop"]),
+                                                 judged_rate_bps(steer, calibration, steer.current)))
                 layout = log.layout()
                 # This rank's own phases of the timed steps (a faster rank waits longer for the others).
                 for s in runs:
@@ -407,6 +438,8 @@ def run_worker(cfg: CompressionConfig, topo: Topology, writer: RecordWriter) -> 
                 del runs, noop, quiet
             del base
         dist.barrier()  # every rank done with its timed steps before rank 0 puts the links back
+    if lead and reached:
+        write_regime(writer, reached)
 
 
 def _write(writer: RecordWriter, cfg: CompressionConfig, spec: ModelSpec, topo: Topology, base_labels: dict,

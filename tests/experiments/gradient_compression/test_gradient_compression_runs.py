@@ -3,6 +3,7 @@ run of its notebook under papermill on 4 gloo ranks (2 emulated nodes x 2), flat
 records are checked against the byte formulas, the correctness checks and the summary."""
 
 import json
+import re
 
 import nbformat
 import pytest
@@ -187,11 +188,20 @@ def test_diagnostics_step_phases_of_the_timed_steps_same_start_and_tf32(run):
 
 
 def test_without_a_cluster_the_regime_calibration_says_why_and_measures_nothing(run):
+    from hpcbench.judge.evidence import facts_of
+
     _, df, *_ = run
     notes = df[df["metric"] == "regime_calibration"]
     assert len(notes) == 2  # one per (model, mode)
     assert notes["text"].str.contains("no emulated cluster").all()
+    assert notes["text"].str.contains("judged steps: ").all()  # the busy share reached, said per pair
     assert not (df["metric"] == "regime_calibration_busy").any()
+    # the launch's regime facts: the pair farthest from the case's 61 %, measured even on a fixed link
+    facts = facts_of(df)
+    assert facts["regime.target_busy"] == 0.61 and 0 < facts["regime.reached_busy"] < 2
+    assert facts["regime.link_rate_bps"] is None  # NaN: no link was shaped
+    pairs = {f"{lab['model']} {lab['mode']}" for lab in map(json.loads, notes["labels"])}
+    assert pairs == {"weather_tiny ddp", "weather_tiny hierarchical"} and facts["regime.series"] in pairs
 
 
 # -- on the emulated cluster: none calibrated to the case's regime before the timed steps --------------
@@ -214,6 +224,7 @@ def cluster_run(emulated_cluster, tmp_path_factory):
 def test_on_the_cluster_none_is_calibrated_to_the_cases_regime_and_the_link_put_back(cluster_run):
     from hpcbench.cluster import load_cluster
     from hpcbench.cluster.network import parse_rate
+    from hpcbench.judge.evidence import facts_of
 
     df, cluster = cluster_run
     points = df[df["metric"] == "regime_calibration_busy"]
@@ -223,6 +234,14 @@ def test_on_the_cluster_none_is_calibrated_to_the_cases_regime_and_the_link_put_
     (note,) = df[df["metric"] == "regime_calibration"]["text"]
     print(f"regime: {note}")  # for the record (pytest -s)
     assert note.startswith("calibration measured") and "not steered" not in note and "fit 1/busy" in note
+    assert "judged steps: weather_tiny ddp: none" in note
+    # the regime facts the ledger's C8 row reads: the rate the judged steps ran at, not the cluster's own
+    facts = facts_of(df)
+    assert facts["regime.target_busy"] == 0.61 and 0 < facts["regime.reached_busy"] < 1.5
+    assert facts["regime.series"] == "weather_tiny ddp" and 10e6 <= facts["regime.link_rate_bps"] <= 10e9
+    solved = re.search(r"61% busy (?:at|needs) ([0-9.]+) Mbit/s", note)
+    if solved and 10 <= float(solved.group(1)) <= 10000:
+        assert facts["regime.link_rate_bps"] == pytest.approx(float(solved.group(1)) * 1e6, rel=0.01)
     # the calibration's copies left the timed series alone: each has exactly its timed steps, and none's
     # checks pass (3 steps are too few for quant2bit's 5 % loss check, which needs ~12 to settle)
     s = summarize(df).set_index(["mode", "compression"])
