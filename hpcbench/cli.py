@@ -48,7 +48,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for name in EXPERIMENTS:
         exp = EXPERIMENTS.get(name)
-        claims = ", ".join(f"{cid} {get_claim(cid).kind}" for cid in exp.claims)
+        claims = ", ".join(f"{cid} {get_claim(cid).kind}" for cid in exp.claims.ids)
         rows.append((name, claims, exp.resources(exp.config()).describe(), f"notebooks/{exp.notebook}",
                      exp.description))
     header = ("experiment", "claims (kind)", "needs (defaults)", "notebook")

@@ -45,12 +45,12 @@ def test_each_claims_predictor_is_registered_by_the_experiment_that_rules_on_it(
     for claim_id, owners in predicted.items():
         assert owners == ruled.get(claim_id), (claim_id, owners, ruled.get(claim_id))
     for claim_id in CLAIMS:
-        spec = EXPERIMENTS.get(ruled[claim_id][0])
-        assert spec.predictions[claim_id].__name__ == f"predict_{claim_id.lower()}_at_guide_scale"
-        assert spec.prediction_inputs == MEASURES_INPUTS
-    assert EXPERIMENTS.get(MEASURES_INPUTS).prediction_inputs is None  # C1: its own launches
+        claims = EXPERIMENTS.get(ruled[claim_id][0]).claims
+        assert claims.predictions[claim_id].__name__ == f"predict_{claim_id.lower()}_at_guide_scale"
+        assert claims.prediction_inputs == MEASURES_INPUTS
+    assert EXPERIMENTS.get(MEASURES_INPUTS).claims.prediction_inputs is None  # C1: its own launches
     # Whatever names whose evidence a SPEC's predictions take is registered.
-    assert all(EXPERIMENTS.get(n).prediction_inputs in (None, *EXPERIMENTS.names()) for n in EXPERIMENTS.names())
+    assert all(EXPERIMENTS.get(n).claims.prediction_inputs in (None, *EXPERIMENTS.names()) for n in EXPERIMENTS.names())
     with pytest.raises(ClaimError, match="C17"):
         predictor("C99", predict_c3)
 
@@ -204,11 +204,11 @@ def test_predictor_adapts_to_a_spec_and_reads_the_evidence():
 
 def test_a_predictor_that_raises_gives_not_available_in_the_ledger_row():
     from hpcbench.core.config import Config
-    from hpcbench.experiments import Experiment, register
+    from hpcbench.experiments import ClaimSet, Experiment, register
 
     register(Experiment(name="zz_guide_scale", notebook="zz.ipynb", config=Config, description="test",
-                        predictions={"C3": predictor("C3", predict_c3, nics_per_node=0),
-                                     "C9": predictor("C9", predict_c9)}))
+                        claims=ClaimSet(predictions={"C3": predictor("C3", predict_c3, nics_per_node=0),
+                                                     "C9": predictor("C9", predict_c9)})))
     try:
         records = pd.DataFrame(columns=["experiment"])
         broken, fine = evaluate_claim("C3", records), evaluate_claim("C9", records)

@@ -81,7 +81,7 @@ def test_every_ruled_claim_exists_and_has_one_owner():
     assert set(owners) <= ids
     assert all(len(names) == 1 for names in owners.values()), owners
     for name in EXPERIMENTS.names():
-        assert set(EXPERIMENTS.get(name).claims) <= ids, name
+        assert set(EXPERIMENTS.get(name).claims.ids) <= ids, name
 
 
 @pytest.mark.parametrize("records", [pd.DataFrame(columns=["experiment"]), pd.DataFrame()], ids=["schema", "bare"])
@@ -96,9 +96,9 @@ def test_empty_records_nothing_fabricated(records):
 def _disown(monkeypatch, claim_id: str) -> None:
     """Take ``claim_id``'s rule away from whichever experiment owns it, for this test only."""
     for name in EXPERIMENTS.names():
-        spec = EXPERIMENTS.get(name)
-        if claim_id in spec.rules:
-            monkeypatch.delitem(spec.rules, claim_id)
+        rules = EXPERIMENTS.get(name).claims.rules
+        if claim_id in rules:
+            monkeypatch.delitem(rules, claim_id)
 
 
 def test_not_measured_detail_names_the_owner_or_says_none(monkeypatch):
@@ -114,7 +114,7 @@ def test_raising_rule_is_inconclusive_and_names_the_error(monkeypatch):
     def broken(claim, evidence):
         raise ValueError("boom")
 
-    monkeypatch.setitem(spec.rules, "C3", broken)
+    monkeypatch.setitem(spec.claims.rules, "C3", broken)
     records = pd.DataFrame({"run_id": ["r"], "task_id": ["t"], "experiment": ["comm_modes"], "variant": ["v"],
                             "repetition": [0], "params": ["{}"], "metric": ["x"], "value": [1.0], "unit": [""],
                             "labels": ["{}"], "text": [None], "node": ["n"], "step": [0]})
@@ -139,7 +139,7 @@ def _rows(experiment: str, values: dict[str, float], run: str = "r") -> pd.DataF
 def predicting_experiment():
     """A registered experiment that rules on nothing and predicts C17 (ruled by another) and C13; removed after."""
     from hpcbench.core.config import Config
-    from hpcbench.experiments import Experiment, register
+    from hpcbench.experiments import ClaimSet, Experiment, register
 
     seen, summarized = [], []
 
@@ -155,7 +155,7 @@ def predicting_experiment():
         raise ValueError("boom")
 
     register(Experiment(name=PREDICTOR, notebook="zz.ipynb", config=Config, description="throw-away",
-                        summarize=summarize, predictions={"C17": c17, "C13": c13}))
+                        summarize=summarize, claims=ClaimSet(predictions={"C17": c17, "C13": c13})))
     try:
         yield seen, summarized
     finally:
@@ -196,7 +196,7 @@ def test_the_guide_scale_model_reads_measured_inputs_through_the_extension_point
     from hpcbench.experiments.gradient_compression.prediction import predict_c8
     from hpcbench.scale.guide_scale import predictor
 
-    EXPERIMENTS.get(PREDICTOR).predictions["C8"] = predictor("C8", predict_c8)
+    EXPERIMENTS.get(PREDICTOR).claims.predictions["C8"] = predictor("C8", predict_c8)
     row = evaluate_claim("C8", _rows(PREDICTOR, {"t1": 0.5, "t2": 0.6, "t3": 0.9}))
     assert row.model_prediction.startswith("Model (a100_hdr, inputs: ")
     assert "link efficiency: 0.6 (measured, median of 3 launch(es))" in row.model_prediction
@@ -205,7 +205,7 @@ def test_the_guide_scale_model_reads_measured_inputs_through_the_extension_point
 
 def test_a_spec_takes_its_predictions_inputs_from_the_experiment_it_names(predicting_experiment):
     from hpcbench.core.config import Config
-    from hpcbench.experiments import Experiment, register
+    from hpcbench.experiments import ClaimSet, Experiment, register
     from hpcbench.report.ledger import prediction_owners
 
     seen = []
@@ -215,9 +215,9 @@ def test_a_spec_takes_its_predictions_inputs_from_the_experiment_it_names(predic
         return f"Model (test): {claim.id} from {evidence.experiment}, {len(evidence.launches)} launch(es)"
 
     register(Experiment(name="zz_borrower", notebook="zz.ipynb", config=Config, description="throw-away",
-                        predictions={"C16": c16}, prediction_inputs=PREDICTOR))
+                        claims=ClaimSet(predictions={"C16": c16}, prediction_inputs=PREDICTOR)))
     register(Experiment(name="zz_lender_unknown", notebook="zz.ipynb", config=Config, description="throw-away",
-                        predictions={"C10": c16}, prediction_inputs="zz_nobody"))
+                        claims=ClaimSet(predictions={"C10": c16}, prediction_inputs="zz_nobody")))
     try:
         assert prediction_owners()["C16"] == ["zz_borrower"]
         records = pd.concat([_rows(PREDICTOR, {"t1": 0.5, "t2": 0.7}), _rows("zz_borrower", {"t9": 1.0})])
@@ -243,7 +243,7 @@ def test_evidence_is_summarised_once_per_experiment_and_one_claim_cannot_change_
         evidence.excluded.append("x")
         return f"{claim.id}: {sorted(evidence.summaries.columns)} {evidence.excluded}"
 
-    EXPERIMENTS.get(PREDICTOR).predictions.update({"C17": mutating, "C13": mutating})
+    EXPERIMENTS.get(PREDICTOR).claims.predictions.update({"C17": mutating, "C13": mutating})
     rows = {r.claim_id: r for r in evaluate_claims(_rows(PREDICTOR, {"t1": 0.5}))}
     assert summarized == [1]
     assert rows["C17"].model_prediction.endswith("['x']") and "'added'" in rows["C17"].model_prediction

@@ -147,9 +147,9 @@ from hpcbench.report.ledger import evaluate_claim
 
 out, claim = Path(sys.argv[1]), sys.argv[2]
 for name in EXPERIMENTS.names():  # the claim's owner lets go of it, in this process only
-    EXPERIMENTS.get(name).rules.pop(claim, None)
+    EXPERIMENTS.get(name).claims.rules.pop(claim, None)
 spec = EXPERIMENTS.get("{NAME}")
-spec.rules[claim] = rule
+spec.claims.rules[claim] = rule
 notebook = spec.notebook_path()
 executed = pm.execute_notebook(str(notebook), str(out / "executed.ipynb"),
                                parameters={{"n": 4, "output_dir": str(out / "task")}}, kernel_name="hpcbench",

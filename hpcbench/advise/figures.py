@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.core.results import json_object
 
 #: The label that tells a series' step with communication from its no-op twin, and its two values.
 COMM_LABEL, WITH_COMM, NO_COMM = "comm", "mode", "noop"
@@ -82,15 +83,6 @@ class Figure:
         return {"name": self.name, "value": self.value, "unit": self.unit, "source": self.source}
 
 
-def labels_of(text: Any) -> dict[str, Any]:
-    """A record's labels (its JSON ``labels`` column) as a dict; {} when unreadable."""
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def compatible(labels: Mapping[str, Any], series: Mapping[str, Any]) -> bool:
     """Whether a record with ``labels`` belongs to ``series``: equal on every key both have."""
     return all(labels[k] == series[k] for k in labels.keys() & series.keys())
@@ -114,7 +106,7 @@ def find_series(records: Any) -> list[dict[str, Any]]:
     rows = records[(records["metric"] == STEP_METRIC) & records["value"].notna()]
     seen: dict[str, set[str]] = {}
     for text in rows["labels"]:
-        labels = labels_of(text)
+        labels = json_object(text)
         comm = labels.pop(COMM_LABEL, None)
         if comm in (WITH_COMM, NO_COMM):
             seen.setdefault(json.dumps(labels, sort_keys=True, default=str), set()).add(comm)
@@ -125,7 +117,7 @@ def _masked(rows: Any, keep: Callable[[dict[str, Any]], bool]) -> Any:
     """The rows whose parsed labels pass ``keep`` (an index-aligned mask: an empty frame stays a frame)."""
     import pandas as pd
 
-    return rows[pd.Series([keep(labels_of(t)) for t in rows["labels"]], index=rows.index, dtype=bool)]
+    return rows[pd.Series([keep(json_object(t)) for t in rows["labels"]], index=rows.index, dtype=bool)]
 
 
 def rows_of(records: Any, series: Mapping[str, Any], metric: str) -> Any:
@@ -325,4 +317,4 @@ def finite(x: float) -> bool:
 
 
 __all__ = ["AdviceError", "Figure", "Measured", "backend_of", "compatible", "describe_series", "find_series",
-           "labels_of", "measure", "probe_rows", "ranks_of", "rows_of"]
+           "measure", "probe_rows", "ranks_of", "rows_of"]

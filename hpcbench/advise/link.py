@@ -29,8 +29,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from hpcbench.advise.figures import (GRAD_ELEM_BYTES, AdviceError, Figure, Measured, backend_of, find_series,
-                                     labels_of, probe_rows, ranks_of)
+                                     probe_rows, ranks_of)
 from hpcbench.core.errors import ConfigError
+from hpcbench.core.results import json_object
 from hpcbench.scale.alpha_beta import fit_from_collectives
 from hpcbench.scale.platforms import LinkModel, Platform, emulated_cluster
 from hpcbench.scale.predict import MODE_MODELS, BucketContext, stage_time
@@ -152,7 +153,7 @@ def probe_sets(records_by_task: Mapping[str, Any]) -> list[ProbeSet]:
 
 
 def _sizes(probe: ProbeSet) -> int:
-    return probe.rows["labels"].map(lambda t: labels_of(t).get("size_bytes")).nunique()
+    return probe.rows["labels"].map(lambda t: json_object(t).get("size_bytes")).nunique()
 
 
 def _fitted(probes: Any, measured: Measured, source: str) -> LinkEstimate:

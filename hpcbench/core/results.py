@@ -265,17 +265,19 @@ def iter_labels(frame: pd.DataFrame) -> Iterable[dict[str, Any]]:
     return (json.loads(s) for s in frame["labels"])
 
 
+def json_object(text: Any) -> dict[str, Any]:
+    """A record's ``labels`` or ``params`` (JSON text) as a dict; {} when missing, unreadable or not an object."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def expand_labels(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with one column per label key (a key that clashes becomes ``label.KEY``)."""
     frame = frame.reset_index(drop=True)
-    parsed = []
-    for text in frame["labels"]:
-        try:
-            value = json.loads(text)
-        except (TypeError, json.JSONDecodeError):
-            value = {}
-        parsed.append(value if isinstance(value, dict) else {})
-    labels = pd.DataFrame(parsed, index=frame.index)
+    labels = pd.DataFrame([json_object(text) for text in frame["labels"]], index=frame.index)
     labels.columns = [f"label.{c}" if c in frame.columns else str(c) for c in labels.columns]
     out = pd.concat([frame, labels], axis=1)
     out.attrs["label_keys"] = list(labels.columns)

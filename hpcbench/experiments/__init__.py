@@ -11,7 +11,8 @@ or a torchtitan experiment folder does:
   ``verify(records, cfg)``: the sanity check;
 * ``plot.py``, ``present.py`` — the notebook's figure and the report's section;
 * ``rules.py``   — the verdict rules, by claim id, reading the summaries of all launches;
-* ``__init__.py`` — ``SPEC = Experiment(...)``, registered on import, and the experiment's
+* ``__init__.py`` — ``SPEC = Experiment(...)`` (its :class:`ClaimSet` names the rules and
+  predictions), registered on import, and the experiment's
   ``estimate(cfg) -> Estimate``: memory and time of one task, from its config alone; and, when
   the defaults take minutes, ``TOY``: the parameter overrides of a functional run of seconds
   (``hpcbench run NAME --toy``).
@@ -150,16 +151,13 @@ def config_resources(cfg: Any) -> Resources:
 
 
 @dataclass(frozen=True)
-class Experiment:
-    """Everything the shared modules need to know about one experiment."""
+class ClaimSet:
+    """What one experiment does with the guide's claims, each mapping keyed by claim id.
 
-    name: str
-    notebook: str
-    """File name under ``notebooks/``."""
-    config: type[Config]
-    description: str
-    summarize: Callable[["pd.DataFrame"], "pd.DataFrame"] | None = None
-    """One task's records -> its summary frame (see the module docstring)."""
+    The claim side of an :class:`Experiment`, read by the ledger and the catalogue; the rest of the
+    spec (config, summary, presenter, estimate) runs the experiment.
+    """
+
     rules: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Claim id -> rule(claim, evidence) -> :class:`hpcbench.judge.evidence.Judgement`."""
     predictions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
@@ -173,11 +171,31 @@ class Experiment:
     from another's launches (weather_case's C7 prediction takes the link efficiency measured by
     ``scale_model``); None: this experiment's own. A name, not an import: experiments do not import each
     other, and the ledger looks it up in the registry."""
-    context_claims: tuple[str, ...] = ()
-    """Claims the experiment informs without judging them (C16's inventory)."""
     regimes: Mapping[str, Any] = field(default_factory=dict)
     """Claim id -> the :class:`hpcbench.scale.regime.GuideRegime` its figure was measured in: the ledger
     shows it beside the regime the launches reached (their ``fact.regime.*``)."""
+    context: tuple[str, ...] = ()
+    """Claims the experiment informs without judging them (C16's inventory)."""
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """The claims it rules on, then those it only informs."""
+        return tuple(self.rules) + tuple(c for c in self.context if c not in self.rules)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Everything the shared modules need to know about one experiment."""
+
+    name: str
+    notebook: str
+    """File name under ``notebooks/``."""
+    config: type[Config]
+    description: str
+    summarize: Callable[["pd.DataFrame"], "pd.DataFrame"] | None = None
+    """One task's records -> its summary frame (see the module docstring)."""
+    claims: ClaimSet = field(default_factory=ClaimSet)
+    """What the experiment rules on, predicts and informs, by claim id; empty: none."""
     present: Callable[..., list] | None = None
     """The report section: present(data: ExperimentData) -> list[Section]."""
     raw_rows: bool = False
@@ -192,10 +210,6 @@ class Experiment:
     ``hpcbench run NAME --toy`` and the test that runs every experiment: only what differs from the
     defaults, each valid for :attr:`config`; empty when the defaults are that cheap already. A toy
     run checks that the experiment works end to end; its numbers mean nothing."""
-
-    @property
-    def claims(self) -> tuple[str, ...]:
-        return tuple(self.rules) + tuple(c for c in self.context_claims if c not in self.rules)
 
     def notebook_path(self) -> Path:
         path = notebooks_dir() / self.notebook
@@ -254,10 +268,15 @@ def load_all() -> None:
             importlib.import_module(f"{__name__}.{info.name}")
 
 
-def rule_owners() -> dict[str, list[str]]:
-    """Claim id -> the experiments whose SPEC rules on it."""
+def claim_owners(kind: str) -> dict[str, list[str]]:
+    """Claim id -> the experiments whose :class:`ClaimSet` holds it under ``kind`` (``"rules"``, ``"predictions"``)."""
     owners: dict[str, list[str]] = {}
     for name in EXPERIMENTS.names():
-        for claim_id in EXPERIMENTS.get(name).rules:
+        for claim_id in getattr(EXPERIMENTS.get(name).claims, kind):
             owners.setdefault(claim_id, []).append(name)
     return owners
+
+
+def rule_owners() -> dict[str, list[str]]:
+    """Claim id -> the experiments whose SPEC rules on it."""
+    return claim_owners("rules")

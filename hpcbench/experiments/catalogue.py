@@ -46,9 +46,10 @@ def _techniques(exp: Experiment) -> str:
 
 
 def _row(exp: Experiment) -> str:
-    informs = [c for c in exp.context_claims if c not in exp.rules]
-    cells = [f"`{exp.name}`", f"[{exp.notebook}]({exp.notebook})", _claims(exp.rules), _claims(informs),
-             ", ".join(exp.predictions) or "—", _techniques(exp), _cell(exp.description)]
+    claims = exp.claims
+    informs = [c for c in claims.context if c not in claims.rules]
+    cells = [f"`{exp.name}`", f"[{exp.notebook}]({exp.notebook})", _claims(claims.rules), _claims(informs),
+             ", ".join(claims.predictions) or "—", _techniques(exp), _cell(exp.description)]
     return "| " + " | ".join(cells) + " |"
 
 

@@ -13,7 +13,7 @@ never import it:
   kind's words (:func:`verdict_words`): a figure is *reproduced* or *not reproduced*, a technique
   *works as described* or *does not work as described*, an anecdote is *consistent* or
   *inconsistent with the model*. Rules return the same three values whatever the kind.
-* Reading launches: :func:`select`, :func:`paired_samples`, :func:`facts_of`, :func:`launch_params`.
+* Reading launches: :func:`select`, :func:`paired_samples`, :func:`facts_of`.
 
 Which experiment rules on which claim, and the ledger itself, are the report's
 (:mod:`hpcbench.report.ledger`): they need the experiments' registry.
@@ -23,7 +23,6 @@ Light on purpose: pandas and numpy, no torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -193,15 +192,6 @@ def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_pre
 
 
 # -- launches, summaries, facts ---------------------------------------------------------
-
-def launch_params(params: str) -> dict[str, Any]:
-    """A launch's parameters (the records' ``params`` JSON); {} when unreadable."""
-    try:
-        value = json.loads(params)
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
 
 def facts_of(records: pd.DataFrame) -> dict[str, Any]:
     """One launch's facts: ``fact.*`` rows, its workers' ``backend``, its ``storage.filesystem``."""

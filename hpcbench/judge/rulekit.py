@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from hpcbench.core.facts import EMULATED_CLUSTER
-from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params, paired_samples, select
+from hpcbench.core.results import json_object
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, paired_samples, select
 from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, judge, judge_family,
                                     paired_comparison, single_value)
 
@@ -270,7 +271,7 @@ def slow_link_problem(launch: pd.Series) -> str | None:
     shaped link, or real nodes under SLURM. Emulated nodes on one machine share one
     loopback, and one node has no inter-node link at all.
     """
-    nodes = int(launch_params(launch["params"]).get("nodes", 1))
+    nodes = int(json_object(launch["params"]).get("nodes", 1))
     if nodes < 2:
         return "one node: there is no inter-node link"
     cluster = str(launch.get("cluster") or "")

@@ -1,7 +1,8 @@
 """Presenters turn one experiment's statistics into report sections.
 
 A presenter is registered under its experiment's name in :data:`PRESENTERS`; an
-experiment without one gets :func:`present_stats`, the generic statistics table.
+experiment without one gets :func:`present_stats`, the generic statistics table, and so does one
+built on the launches' summaries (:func:`summary_presenter`) where they are missing.
 Presenters build :class:`Table` and :class:`Figure` objects holding plain strings;
 the template escapes every one of them, so nothing here writes HTML.
 
@@ -15,6 +16,7 @@ published or copied to another machine.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import math
@@ -245,6 +247,20 @@ def panels_figure(draw: Callable[[list], None], *, title: str, panels: int = 2,
     return fig
 
 
+def figure_for(axes: Any, *grid: int, figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """The figure to draw on and its axes: ``axes`` and their own figure when a caller passes them (panels of
+    its figure), else a new figure of ``grid`` subplots (``plt.subplots(*grid)``) of ``figsize`` inches.
+
+    pyplot is imported on call, as in :func:`panels_figure`, and only when a figure is made.
+    """
+    if axes is None:
+        import matplotlib.pyplot as plt
+
+        return plt.subplots(*grid, figsize=figsize)
+    first = axes if hasattr(axes, "figure") else axes[0]
+    return first.figure, axes
+
+
 def legend_below(ax, ncol: int = 2) -> None:
     """The axes' legend under it, at a legible size: a legend inside the axes covers the data it names."""
     if ax.get_legend_handles_labels()[0]:
@@ -334,6 +350,25 @@ def present_stats(data: ExperimentData) -> list[Section]:
     if not section.tables:
         section.notes.append(Cell("no records"))
     return [section]
+
+
+def summary_presenter(*columns: str) -> Callable[[Callable[[ExperimentData, pd.DataFrame], list[Section]]],
+                                                 Callable[[ExperimentData], list[Section]]]:
+    """Decorates ``present(data, summaries)``, a presenter built on the launches' summaries, into a presenter.
+
+    The presenter runs only where there are summaries and they have every one of ``columns``; elsewhere
+    (no launch summarised, or records of an older summary) the section is :func:`present_stats`' generic one.
+    """
+    def decorate(present: Callable[[ExperimentData, pd.DataFrame], list[Section]]) -> Callable[[ExperimentData],
+                                                                                                list[Section]]:
+        @functools.wraps(present)
+        def presenter(data: ExperimentData) -> list[Section]:
+            summaries = data.summaries
+            if summaries is None or not len(summaries) or not set(columns) <= set(summaries.columns):
+                return present_stats(data)
+            return present(data, summaries)
+        return presenter
+    return decorate
 
 
 # -- collectives -----------------------------------------------------------------

@@ -215,7 +215,7 @@ def _raw_experiments() -> list[str]:
     wanted: set[str] = set()
     for name in EXPERIMENTS.names():
         spec = EXPERIMENTS.get(name)
-        if spec.rules or spec.raw_rows or spec.summarize is not None:
+        if spec.claims.rules or spec.raw_rows or spec.summarize is not None:
             wanted.add(name)
             wanted.update(spec.reads)
     return sorted(wanted)

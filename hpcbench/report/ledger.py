@@ -5,7 +5,7 @@ returns (:class:`~hpcbench.judge.evidence.Evidence`, :class:`~hpcbench.judge.evi
 :class:`~hpcbench.judge.evidence.LedgerRow`) lives below it, in :mod:`hpcbench.judge.evidence`.
 
 Claims link one way: an experiment's SPEC names the claim ids it rules on
-(:attr:`hpcbench.experiments.Experiment.rules`); a claim no SPEC rules on is *not
+(:attr:`hpcbench.experiments.ClaimSet.rules`); a claim no SPEC rules on is *not
 measured yet*. Evaluating a claim:
 
 1. **Launches.** The records are split into launches (one task of one run: ``run_id``,
@@ -21,9 +21,9 @@ measured yet*. Evaluating a claim:
    standard of :mod:`hpcbench.judge.verdict`; a rule that raises gives "inconclusive" with the error,
    so one broken rule never takes the ledger down.
 5. **Prediction.** Every experiment whose SPEC predicts the claim
-   (:attr:`hpcbench.experiments.Experiment.predictions`) is asked what the model predicts at
+   (:attr:`hpcbench.experiments.ClaimSet.predictions`) is asked what the model predicts at
    the guide's scale, with the evidence of the experiment its SPEC names in
-   :attr:`~hpcbench.experiments.Experiment.prediction_inputs` (whose launches measure the model's
+   :attr:`~hpcbench.experiments.ClaimSet.prediction_inputs` (whose launches measure the model's
    inputs), or its own (possibly no launches: a prediction works from platform data alone). The
    row's ``predicted`` is that text followed by the guide's own arithmetic; a predictor that
    raises gives "model: not available (...)", never a broken ledger.
@@ -55,14 +55,10 @@ def _not_measured(claim: Claim, owner: str | None, why: str, model: tuple[str, s
 
 
 def prediction_owners() -> dict[str, list[str]]:
-    """Claim id -> the experiments whose SPEC predicts it (:attr:`~hpcbench.experiments.Experiment.predictions`)."""
-    from hpcbench.experiments import EXPERIMENTS
+    """Claim id -> the experiments whose SPEC predicts it (:attr:`~hpcbench.experiments.ClaimSet.predictions`)."""
+    from hpcbench.experiments import claim_owners
 
-    owners: dict[str, list[str]] = {}
-    for name in EXPERIMENTS.names():
-        for claim_id in EXPERIMENTS.get(name).predictions:
-            owners.setdefault(claim_id, []).append(name)
-    return owners
+    return claim_owners("predictions")
 
 
 def _evidence(experiment: str, records: pd.DataFrame, statuses: Mapping[tuple[str, str], str] | None,
@@ -112,9 +108,9 @@ def _model(claim: Claim | str, records: pd.DataFrame, *, statuses: Mapping[tuple
     texts, headlines = [], []
     for owner in prediction_owners().get(claim.id, []):
         try:
-            spec = EXPERIMENTS.get(owner)
-            evidence = _evidence(spec.prediction_inputs or owner, records, statuses, summaries, cache)
-            prediction = spec.predictions[claim.id](claim, evidence)
+            claims = EXPERIMENTS.get(owner).claims
+            evidence = _evidence(claims.prediction_inputs or owner, records, statuses, summaries, cache)
+            prediction = claims.predictions[claim.id](claim, evidence)
             describe = getattr(prediction, "describe", None)
             text = str(describe() if callable(describe) else prediction)
             headlines.append(str(getattr(prediction, "headline", "") or ""))
@@ -154,13 +150,13 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
     regime = brief = ""
     try:
         evidence = _evidence(owner, records, statuses, summaries, cache)
-        spec = EXPERIMENTS.get(owner)
-        if claim.id in spec.regimes:
+        claims = EXPERIMENTS.get(owner).claims
+        if claim.id in claims.regimes:
             from hpcbench.scale.regime import regime_brief, regime_summary
 
-            regime = regime_summary(spec.regimes[claim.id], evidence.launches)
-            brief = regime_brief(spec.regimes[claim.id], evidence.launches)
-        judgement = spec.rules[claim.id](claim, evidence)
+            regime = regime_summary(claims.regimes[claim.id], evidence.launches)
+            brief = regime_brief(claims.regimes[claim.id], evidence.launches)
+        judgement = claims.rules[claim.id](claim, evidence)
     except Exception as exc:  # noqa: BLE001 - one broken rule must not take the ledger down
         judgement = Judgement("inconclusive", NO_VALUE,
                               f"The rule of {owner} failed ({type(exc).__name__}: {exc}), so no verdict.")

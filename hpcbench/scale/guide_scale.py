@@ -15,8 +15,9 @@ listed (:data:`~hpcbench.scale.platforms.PUBLISHED_THROUGHPUT`), else from FLOPs
 platform's sustained rate; the inputs say which (:meth:`Workload.compute`). The guide's weather
 case has no published model size, so its gradient size is a parameter (:func:`weather_params`)
 and its compute is the guide's own busy time (:func:`guide_weather_split`). Measured inputs enter
-when the evidence a predictor is given has them (:class:`MeasuredInputs`; the SPEC's
-``prediction_inputs`` names whose launches measure them); without them the predictions stand on
+when the evidence a predictor is given has them (:class:`MeasuredInputs`: link efficiency and
+overlapped share, from the scale model's launches; the SPEC's ``prediction_inputs`` names whose
+launches measure them, and the ledger passes their evidence); without them the predictions stand on
 platform data alone.
 
 Assumptions beyond :mod:`hpcbench.scale.predict`'s: throughput is proportional to 1 / step time
@@ -373,7 +374,7 @@ def params_for_comm(comm_s: float, plat: Platform, nodes: int, *, mode: str = "d
 
 def predictor(claim_id: str, predict: Callable[..., GuidePrediction],
               **kwargs: Any) -> Callable[["Claim", "Evidence"], GuidePrediction]:
-    """A SPEC's ``predictions`` entry: ``predictions={"C3": predictor("C3", predict_c3)}``.
+    """A SPEC's ``predictions`` entry: ``ClaimSet(predictions={"C3": predictor("C3", predict_c3)})``.
 
     Args:
         claim_id: the claim ``predict`` speaks to (one of the guide's C1-C17).

@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from hpcbench.core.config import param
+
 #: A reached busy share within this many points (absolute) of the guide's counts as the guide's regime.
 TOLERANCE = 0.05
 #: What tc shapes here: make reproduce's range (hpcbench.reproduce MIN/MAX_LINK_MBIT). Below 10 Mbit/s
@@ -42,6 +44,37 @@ MIN_RATE_BPS = 10e6
 MAX_RATE_BPS = 10e9
 #: The ``regime`` parameter's values: calibrate the link to the guide's regime, or keep the link as it is.
 REGIMES = ("guide", "fixed")
+
+
+# -- the config fields of a calibrated experiment ----------------------------------------------------
+
+def regime_param(measure: str, target: str, counts: str, fixed: str = "the link as it is (context rows)") -> Any:
+    """The ``regime`` field of an experiment that calibrates its node links: one of :data:`REGIMES`, default guide.
+
+    Args:
+        measure: when and what the calibration measures ("before the sweep, measure the 1x step's busy share").
+        target: the baseline at the busy share it is shaped to ("the 1x step is 1/12 busy, the guide's regime").
+        counts: which launches the verdict counts ("the verdict counts only launches that reached it").
+        fixed: what ``fixed`` measures instead.
+    """
+    return param("guide", f"guide: {measure} at each of calibration_rates, fit busy = c / (c + a + B / rate) "
+                          f"(hpcbench.scale.regime) and shape every node link to the rate at which {target} "
+                          f"(emulated cluster only; put back afterwards); {counts}. fixed: {fixed}", choices=REGIMES)
+
+
+def calibration_rates_param(default: list[str], baseline: str, bracketing: str = "the guide's regime") -> Any:
+    """The ``calibration_rates`` field: the link rates the baseline's busy share is measured at (2-3, tc syntax).
+
+    The config's ``validate()`` checks them with :func:`calibration_rates_problem`.
+    """
+    return param(default, f"link rates (tc syntax) at which the calibration measures {baseline}'s busy share; 2-3 "
+                          f"rates bracketing {bracketing}", allowed="2-3 distinct tc rates within 10mbit..10gbit")
+
+
+def calibration_steps_param(baseline: str, cost: str = "") -> Any:
+    """The ``calibration_steps`` field: timed steps of the baseline and its no-op twin per calibration rate."""
+    return param(3, f"timed steps of {baseline} and its no-op twin per calibration rate (after 1 untimed){cost}",
+                 min=2, max=100)
 
 
 def calibration_rates_problem(rates: Sequence[str]) -> str | None:

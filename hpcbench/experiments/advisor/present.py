@@ -9,7 +9,7 @@ import pandas as pd
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES
 from hpcbench.experiments.advisor.summary import SERIES, SUMMARY_KEYS
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                  image_of, pick, present_stats, text_table)
+                                  image_of, pick, summary_presenter, text_table)
 
 #: Summary column -> heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"sample_p50_ms": "per sample p50 (ms)", "gain_p50": "measured gain", "predicted_gain": "predicted gain",
@@ -21,11 +21,9 @@ def _mode(values: pd.Series) -> str:
     return ", ".join(f"{k} ({n})" for k, n in counts.most_common()) or "–"
 
 
-def present_advisor(data: ExperimentData) -> list[Section]:
+@summary_presenter(*SUMMARY_KEYS)
+def present_advisor(data: ExperimentData, s: pd.DataFrame) -> list[Section]:
     """Per source, variant and regime: the advisor's regime and pick, each series' time per sample and gain."""
-    s = data.summaries
-    if s is None or not len(s) or not set(SUMMARY_KEYS) <= set(s.columns):
-        return present_stats(data)
     section = Section(title="Advisor: C14's pick against the measured best, per regime", id="exp-advisor")
     keys = ["source", "variant", *SUMMARY_KEYS]
     med = (s.groupby(keys, sort=False)

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from hpcbench.advise import AdviceError, advise
-from hpcbench.advise.figures import labels_of
+from hpcbench.core.results import json_object
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES, TECHNIQUES, AdvisorConfig
 
@@ -27,7 +27,7 @@ def _where(rows: Any, **labels: Any) -> Any:
     """The rows whose labels hold every given value (an index-aligned mask: empty frames stay frames)."""
     import pandas as pd
 
-    mask = pd.Series([all(labels_of(t).get(k) == v for k, v in labels.items()) for t in rows["labels"]],
+    mask = pd.Series([all(json_object(t).get(k) == v for k, v in labels.items()) for t in rows["labels"]],
                      index=rows.index, dtype=bool)
     return rows[mask]
 
@@ -43,7 +43,7 @@ def baseline_records(records: Any, regime: str) -> Any:
     """
     keep = []
     for text in records["labels"]:
-        labels = labels_of(text)
+        labels = json_object(text)
         keep.append(labels.get("regime", regime) == regime and labels.get("technique", BASELINE) == BASELINE)
     return records[keep]
 
@@ -79,7 +79,7 @@ def summarize(records: Any) -> Any:
     timed = rows[rows["metric"] == "time_per_sample"] if len(rows) else rows
     if timed is None or timed.empty:
         return pd.DataFrame(columns=SUMMARY_KEYS + ["samples"])
-    parsed = [labels_of(t) for t in timed["labels"]]
+    parsed = [json_object(t) for t in timed["labels"]]
     out = []
     regimes = [r for r in REGIME_NAMES if any(p.get("regime") == r for p in parsed)]
     for regime in regimes:
@@ -93,7 +93,7 @@ def summarize(records: Any) -> Any:
             g = per[technique]
             if g.empty:
                 continue
-            first = labels_of(g["labels"].iloc[0])
+            first = json_object(g["labels"].iloc[0])
             step = _phase(rows, regime, "step_time", technique=technique, comm="mode")["value"]
             agree = _phase(rows, regime, "params_agree", technique=technique)["value"]
             median = _median(g["value"])
@@ -160,7 +160,7 @@ def verify_records(records: Any, cfg: AdvisorConfig) -> Verification:
     summary = summarize(records)
     seen = {(r.regime, r.technique): r for r in summary.itertuples(index=False)}
     noop = records[records["metric"] == "step_time"]
-    noop_regimes = {labels_of(t).get("regime") for t in noop["labels"] if labels_of(t).get("comm") == "noop"}
+    noop_regimes = {json_object(t).get("regime") for t in noop["labels"] if json_object(t).get("comm") == "noop"}
     for regime in cfg.regimes:
         if regime not in noop_regimes:
             problems.append(f"{regime}: no no-op step (the baseline's compute) recorded")

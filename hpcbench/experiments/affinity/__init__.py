@@ -1,7 +1,7 @@
 """Experiment ``affinity``: the binding plan for this node, and what each common binding mistake costs (T-affinity)."""
 
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
 from hpcbench.experiments.affinity.config import AffinityConfig
 from hpcbench.experiments.affinity.present import present_affinity
 from hpcbench.experiments.affinity.rules import RULES
@@ -52,16 +52,9 @@ TOY = dict(batch_size=2, image_size=16, warmup_steps=1, steps=2, loader_batches=
 
 
 SPEC = register(Experiment(
-    name="affinity",
-    notebook="06_affinity.ipynb",
-    config=AffinityConfig,
+    name="affinity", notebook="06_affinity.ipynb", config=AffinityConfig, claims=ClaimSet(RULES),
+    summarize=summarize, present=present_affinity, raw_rows=True, estimate=estimate, toy=TOY,
     description="the binding plan for this node (cores, memory node, GPU, NIC per rank; srun/numactl/sbatch), and "
                 "each common mistake timed against the right way: thread oversubscription, unbound ranks, "
                 "DataLoader worker on the compute cores, huge pages ignored, remote NUMA memory",
-    summarize=summarize,
-    rules=RULES,
-    present=present_affinity,
-    raw_rows=True,
-    estimate=estimate,
-    toy=TOY,
 ))

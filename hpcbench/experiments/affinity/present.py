@@ -9,7 +9,7 @@ from hpcbench.experiments.affinity.rules import COST_REFERENCE, MIN_COST, judge_
 from hpcbench.experiments.affinity.summary import MISTAKE, RIGHT, TITLES, costs
 from hpcbench.judge.evidence import evidence_for
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                  present_stats)
+                                  present_stats, summary_presenter)
 
 #: Plan records in the order the section shows them, with their headings.
 PLAN_PARTS = {"plan.table": "plan (per local rank)", "plan.rank": "numactl and environment",
@@ -17,10 +17,10 @@ PLAN_PARTS = {"plan.table": "plan (per local rank)", "plan.rank": "numactl and e
 VERDICT_CLASS = {"reproduced": "fail", "not reproduced": "ok"}  # a costly mistake is what the reader must avoid
 
 
-def present_affinity(data: ExperimentData) -> list[Section]:
+@summary_presenter("mistake")
+def present_affinity(data: ExperimentData, s: pd.DataFrame) -> list[Section]:
     """Per source: the cost table (slowdown with interval and verdict), the plan, what each rank got, the figure."""
-    s = data.summaries
-    if s is None or not len(s) or "mistake" not in s.columns or data.raw is None:
+    if data.raw is None:
         return present_stats(data)
     section = Section(title="Affinity: the binding plan, and what each common mistake costs", id="exp-affinity")
     section.notes.append(Cell(

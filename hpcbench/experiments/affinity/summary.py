@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
-from hpcbench.core.results import expand_labels
+from hpcbench.core.results import expand_labels, json_object
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.affinity.config import MISTAKES, AffinityConfig
 
@@ -20,14 +19,6 @@ TITLES = {"oversubscription": "thread oversubscription (ranks x intra-op threads
           "loader": "DataLoader worker on the rank's compute cores",
           "hugepages": "transparent huge pages ignored (TLB-bound step)",
           "numa": "memory on the remote NUMA node"}
-
-
-def _labels(text: Any) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def summarize(records: Any) -> Any:
@@ -49,8 +40,8 @@ def summarize(records: Any) -> Any:
     if rows.empty:
         return pd.DataFrame(columns=columns)
     out = []
-    for mistake in [m for m in MISTAKES if m in {_labels(t).get("mistake") for t in rows["labels"]}]:
-        mine = rows[[_labels(t).get("mistake") == mistake for t in rows["labels"]]]
+    for mistake in [m for m in MISTAKES if m in {json_object(t).get("mistake") for t in rows["labels"]}]:
+        mine = rows[[json_object(t).get("mistake") == mistake for t in rows["labels"]]]
         why_not = "; ".join(sorted(set(mine.loc[mine["metric"] == "not_applicable", "text"].dropna())))
         wide = expand_labels(mine)
         checks = wide[wide["metric"] == "setting_applied"]

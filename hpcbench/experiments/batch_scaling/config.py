@@ -8,7 +8,8 @@ from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.modes import MODE_NAMES, MODES
-from hpcbench.scale.regime import REGIMES as LINK_REGIMES, GuideRegime, calibration_rates_problem
+from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
+                                   calibration_steps_param, regime_param)
 
 REGIMES = ("larger_batch", "fixed_global_batch")
 
@@ -58,20 +59,16 @@ class BatchScalingConfig(DistributedConfig):
     warmup_steps: int = param(1, "untimed optimizer steps per batch size", min=0, max=1000)
     steps: int = param(4, "timed optimizer steps per batch size; each one is kept as a sample", min=1, max=100000)
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)
-    link_regime: str = param("guide", "guide: before the sweep, measure the 1x step's busy share (against its "
-                                      "no-op twin) at each of calibration_rates, fit busy = c / (c + a + B / rate) "
-                                      "(hpcbench.scale.regime) and shape every node link to the rate at which the 1x "
-                                      "step is 1/12 busy, the guide's regime (emulated cluster only; put back "
-                                      "afterwards); the verdict counts only launches that reached it. fixed: the "
-                                      "link as it is (context rows). Named link_regime: 'regimes' are the batch "
-                                      "regimes", choices=LINK_REGIMES)
-    calibration_rates: list[str] = param(["1gbit", "300mbit", "100mbit"], "link rates (tc syntax) at which the "
-                                         "calibration measures the 1x step's busy share; 2-3 rates bracketing the "
-                                         "guide's regime (resnet_tiny's 20 MB of gradients at batch 4 on CPU ranks: "
-                                         "~1/12 busy near 300 Mbit/s)",
-                                         allowed="2-3 distinct tc rates within 10mbit..10gbit")
-    calibration_steps: int = param(3, "timed steps of the 1x step and its no-op twin per calibration rate (after 1 "
-                                      "untimed)", min=2, max=100)
+    link_regime: str = regime_param(
+        measure="before the sweep, measure the 1x step's busy share (against its no-op twin)",
+        target="the 1x step is 1/12 busy, the guide's regime",
+        counts="the verdict counts only launches that reached it",
+        fixed="the link as it is (context rows). Named link_regime: 'regimes' are the batch regimes")
+    calibration_rates: list[str] = calibration_rates_param(
+        ["1gbit", "300mbit", "100mbit"], "the 1x step",
+        bracketing="the guide's regime (resnet_tiny's 20 MB of gradients at batch 4 on CPU ranks: ~1/12 busy near "
+                   "300 Mbit/s)")
+    calibration_steps: int = calibration_steps_param("the 1x step")
 
     def validate(self) -> None:
         if not self.factors:

@@ -31,9 +31,10 @@ import dataclasses
 import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
+from hpcbench.core.results import json_object
 from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME
 from hpcbench.guide.claims import Claim
-from hpcbench.judge.evidence import Evidence, Judgement, launch_params
+from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
 from hpcbench.judge.verdict import gain_reference
 from hpcbench.scale.regime import key_launches_by_regime, regime_applies
@@ -55,10 +56,10 @@ def accumulating_factor(params: dict) -> int | None:
 def rule_c2(claim: Claim, evidence: Evidence) -> Judgement:
     """C2: per-rank throughput, accumulated > 4x batch over the 1x batch, paired per launch."""
     def comparisons(launch: pd.Series) -> list[Comparison]:
-        factor = accumulating_factor(launch_params(launch["params"]))
+        factor = accumulating_factor(json_object(launch["params"]))
         if factor is None:
             return []
-        top = max(int(f) for f in launch_params(launch["params"])["factors"])
+        top = max(int(f) for f in json_object(launch["params"])["factors"])
         return [Comparison(
             f"fixed_global_batch {top}x by {top // factor} x {factor}x micro-batches / larger_batch 1x",
             {"regime": "fixed_global_batch", "factor": factor}, {"regime": "larger_batch", "factor": 1},

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-# No matplotlib.use(): inside a kernel the inline backend must stay, and headless
-# processes fall back to Agg on their own.
-import matplotlib.pyplot as plt
 import seaborn as sns
+
+from hpcbench.present.kit import figure_for
 
 
 def busbw_plot(summary, *, title: str = "Bus bandwidth (p50) vs message size", ax=None):
@@ -16,10 +15,7 @@ def busbw_plot(summary, *, title: str = "Bus bandwidth (p50) vs message size", a
     Returns:
         The matplotlib Figure.
     """
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-    else:
-        fig = ax.figure
+    fig, ax = figure_for(ax, figsize=(8, 4.5))
     if summary.empty:
         ax.text(0.5, 0.5, "no measurements", ha="center", va="center")
         return fig

@@ -8,7 +8,8 @@ from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C3_RESNET, IB_MTU_BYTES
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.modes import MODE_NAMES, modes_layout_problem
-from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
+from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
+                                   calibration_steps_param, regime_param)
 
 #: One InfiniBand MTU (4 KiB) in DDP's bucket_cap_mb unit (MiB): the C17 sweep point.
 IB_MTU_BUCKET_MB = IB_MTU_BYTES / (1 << 20)
@@ -120,17 +121,12 @@ class CommModesConfig(DistributedConfig):
                               "<task dir>/trace/<rank>.json, linked from the report; false: no trace")
     nodes: int = param(2, "nodes; on one machine more than 1 is an emulated split of the local ranks",
                        min=1, max=4096)
-    regime: str = param("guide", "guide: before the first resnet model's runs, measure its ddp step's busy share "
-                                 "(against the no-op twin) at each of calibration_rates, fit busy = c / (c + a + B / "
-                                 "rate) (hpcbench.scale.regime) and shape every node link to the rate at which ddp "
-                                 "is ~16 % busy, the guide's ResNet-50 regime, for that model's runs (emulated "
-                                 "cluster only; put back afterwards); the C3 verdict counts only launches that "
-                                 "reached it. fixed: the link as it is (context rows)", choices=REGIMES)
-    calibration_rates: list[str] = param(["1gbit", "200mbit", "50mbit"], "link rates (tc syntax) at which the "
-                                         "calibration measures ddp's busy share; 2-3 rates bracketing the guide's "
-                                         "regime", allowed="2-3 distinct tc rates within 10mbit..10gbit")
-    calibration_steps: int = param(3, "timed steps of ddp and its no-op twin per calibration rate (after 1 untimed)",
-                                   min=2, max=100)
+    regime: str = regime_param(
+        measure="before the first resnet model's runs, measure its ddp step's busy share (against the no-op twin)",
+        target="ddp is ~16 % busy, the guide's ResNet-50 regime, for that model's runs",
+        counts="the C3 verdict counts only launches that reached it")
+    calibration_rates: list[str] = calibration_rates_param(["1gbit", "200mbit", "50mbit"], "ddp")
+    calibration_steps: int = calibration_steps_param("ddp")
 
     def validate(self) -> None:
         if not self.models:

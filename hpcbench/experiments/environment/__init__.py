@@ -5,7 +5,7 @@ this package holds the experiment's config, its report section and its SPEC.
 """
 
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
+from hpcbench.experiments import TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
 from hpcbench.experiments.environment.config import EnvironmentConfig
 from hpcbench.experiments.environment.present import present_environment
 
@@ -23,12 +23,7 @@ def estimate(cfg: EnvironmentConfig) -> Estimate:
 
 
 SPEC = register(Experiment(
-    name="environment",
-    notebook="00_environment.ipynb",
-    config=EnvironmentConfig,
+    name="environment", notebook="00_environment.ipynb", config=EnvironmentConfig, claims=ClaimSet(context=("C16",)),
+    present=present_environment, raw_rows=True, estimate=estimate,
     description="toolchain and topology inventory: Python, torch, CUDA, NCCL, MPI, SLURM, CPU, NUMA, GPUs, IB",
-    context_claims=("C16",),
-    present=present_environment,
-    raw_rows=True,
-    estimate=estimate,
 ))

@@ -67,10 +67,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from hpcbench.core.results import json_object
 from hpcbench.experiments.fault_tolerance.guide import (GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S,
                                                        GUIDE_C15_TRIES)
 from hpcbench.guide.claims import Claim
-from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params, select
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, select
 from hpcbench.judge.rulekit import Level, in_group, judge_levels, launch_groups
 from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, Interval, Outcome, Reference, clopper_pearson, combine,
                                     judge, mean_interval, share_outcome)
@@ -143,7 +144,7 @@ def work_lost_members(evidence: Evidence) -> list[tuple[str, Outcome, str | None
     confidence = 1 - (1 - CONFIDENCE) / 2
     for group_text, launches in groups:
         first = launches.iloc[0]
-        why_not = storage_problem(first) or _interval_problem(launch_params(first["params"]), "light_interval_s",
+        why_not = storage_problem(first) or _interval_problem(json_object(first["params"]), "light_interval_s",
                                                               GUIDE_C11_LIGHT_EVERY_S) or None
         rows = select(in_group(evidence.summaries, launches), {"phase": "failure"})
         if "restored_newest_samples" not in rows.columns:  # records from before work lost was measured in wall time
@@ -174,7 +175,7 @@ def work_lost_members(evidence: Evidence) -> list[tuple[str, Outcome, str | None
 def rule_c11(claim: Claim, evidence: Evidence) -> Judgement:
     """C11: overhead share at the guide's interval, zstd's ratio, work lost per failure in wall time."""
     def levels(launch: pd.Series) -> list[Level]:
-        params = launch_params(launch["params"])
+        params = json_object(launch["params"])
         light_na = _interval_problem(params, "light_interval_s", GUIDE_C11_LIGHT_EVERY_S)
         full_na = _interval_problem(params, "full_interval_s", GUIDE_C11_FULL_EVERY_S)
         level = params.get("zstd_level", "?")

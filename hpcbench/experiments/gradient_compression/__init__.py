@@ -1,8 +1,8 @@
 """Experiment ``gradient_compression``: 2-bit gradients in 4 MB buckets against float32, fp16, bf16, PowerSGD (C8)."""
 
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
-from hpcbench.experiments import Estimate, Experiment, register
-from hpcbench.experiments.gradient_compression.config import CompressionConfig
+from hpcbench.experiments import ClaimSet, Estimate, Experiment, register
+from hpcbench.experiments.gradient_compression.config import GUIDE_REGIME, CompressionConfig
 from hpcbench.experiments.gradient_compression.prediction import PREDICTIONS
 from hpcbench.experiments.gradient_compression.present import present_compression
 from hpcbench.experiments.gradient_compression.rules import RULES
@@ -46,16 +46,10 @@ TOY = dict(compressions=["none", "quant2bit"], no_feedback_ablation=False, batch
 
 
 SPEC = register(Experiment(
-    name="gradient_compression",
-    notebook="04_gradient_compression.ipynb",
-    config=CompressionConfig,
+    name="gradient_compression", notebook="04_gradient_compression.ipynb", config=CompressionConfig,
+    # the predictions' measured inputs: the scale model's launches
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C8": GUIDE_REGIME}),
+    summarize=summarize, present=present_compression, estimate=estimate, toy=TOY,
     description="gradient compression (none, fp16, bf16, PowerSGD, 2-bit with and without error feedback): bytes "
                 "on the wire, communication time, samples/s, loss after the same samples, gradient error",
-    summarize=summarize,
-    rules=RULES,
-    predictions=PREDICTIONS,
-    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
-    present=present_compression,
-    estimate=estimate,
-    toy=TOY,
 ))

@@ -10,7 +10,8 @@ from hpcbench.core.facts import GUIDE_C7_UTIL, GUIDE_C8_BUCKET_BYTES
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.compression import COMPRESSIONS, DEFAULT_SKIP, Quant2BitConfig
 from hpcbench.parallel.modes import COMPRESSIBLE_MODES, modes_layout_problem
-from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
+from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
+                                   calibration_steps_param, regime_param)
 
 #: The guide's "4 MB buckets" in DDP's bucket_cap_mb unit (MiB).
 GUIDE_BUCKET_MB = GUIDE_C8_BUCKET_BYTES / (1 << 20)
@@ -75,18 +76,13 @@ class CompressionConfig(DistributedConfig):
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)
     nodes: int = param(2, "nodes; on one machine more than 1 is an emulated split of the local ranks (C8 needs a "
                           "real inter-node link: the emulated cluster or SLURM)", min=1, max=4096)
-    regime: str = param("guide", "guide: before each (model, mode)'s timed steps, measure the none series' busy "
-                                 "share at each of calibration_rates (on copies of none and its no-op twin, so the "
-                                 "timed series train on the same samples), fit busy = c / (c + a + B / rate) "
-                                 "(hpcbench.scale.regime) and shape every node link to the rate at which none is "
-                                 "61 % busy, the case's regime (emulated cluster only; put back afterwards); C8's "
-                                 "speed level counts only where none reached it. fixed: time on the link as it is",
-                        choices=REGIMES)
-    calibration_rates: list[str] = param(["1gbit", "100mbit"], "link rates (tc syntax) at which the calibration "
-                                         "measures none's busy share; 2-3 rates bracketing the regime",
-                                         allowed="2-3 distinct tc rates within 10mbit..10gbit")
-    calibration_steps: int = param(3, "timed steps of none and its no-op twin per calibration rate (after 1 "
-                                      "untimed), and at the solved rate once more", min=2, max=100)
+    regime: str = regime_param(
+        measure="before each (model, mode)'s timed steps, measure the none series' busy share (on copies of none "
+                "and its no-op twin, so the timed series train on the same samples)",
+        target="none is 61 % busy, the case's regime", counts="C8's speed level counts only where none reached it",
+        fixed="time on the link as it is")
+    calibration_rates: list[str] = calibration_rates_param(["1gbit", "100mbit"], "none", bracketing="the regime")
+    calibration_steps: int = calibration_steps_param("none", cost=", and at the solved rate once more")
 
     def validate(self) -> None:
         if not self.models or len(set(self.models)) != len(self.models):

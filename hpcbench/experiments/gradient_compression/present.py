@@ -8,7 +8,7 @@ from hpcbench.core.units import approx_bytes
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.gradient_compression.summary import ORDER
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                  present_stats, rank_in, source_variants, text_table)
+                                  rank_in, source_variants, summary_presenter, text_table)
 
 #: (column of the summary, header, digits; None: bytes)
 SHOWN = (("bytes_step", "bytes / step", None), ("wire_ratio", "wire ratio (compressed part)", 4),
@@ -30,11 +30,9 @@ def launch_medians(summaries: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index()
 
 
-def present_compression(data: ExperimentData) -> list[Section]:
+@summary_presenter("compression")
+def present_compression(data: ExperimentData, summaries: pd.DataFrame) -> list[Section]:
     """Model x mode x compression: bytes per step, wire ratio, communication time, step, throughput, loss."""
-    summaries = data.summaries
-    if summaries is None or not len(summaries) or "compression" not in summaries.columns:
-        return present_stats(data)
     section = Section(title="Gradient compression: bytes on the wire, communication time, loss",
                       id="exp-gradient-compression")
     medians = launch_medians(summaries)

@@ -62,10 +62,11 @@ from typing import Callable
 import pandas as pd
 
 from hpcbench.core.facts import GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES
+from hpcbench.core.results import json_object
 from hpcbench.experiments.gradient_compression.config import BASELINE, GUIDE_REGIME, TECHNIQUE
 from hpcbench.experiments.gradient_compression.summary import LOSS_TOLERANCE
 from hpcbench.guide.claims import Claim
-from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, launch_params
+from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels, slow_link_problem
 from hpcbench.judge.verdict import Reference, combine_verdicts
 from hpcbench.parallel.compression import is_skipped
@@ -95,7 +96,7 @@ def baseline_busy(summaries: pd.DataFrame) -> dict[tuple[str, str, str, str], fl
 def _same_group(launches: pd.DataFrame, first: pd.Series) -> list[tuple[str, str]]:
     """The launches whose parameters (less IGNORED_PARAMS) equal ``first``'s, as (run_id, task_id)."""
     def key(params: str) -> str:
-        return json.dumps({k: v for k, v in launch_params(params).items() if k not in IGNORED_PARAMS},
+        return json.dumps({k: v for k, v in json_object(params).items() if k not in IGNORED_PARAMS},
                           sort_keys=True, default=str)
 
     want = key(first["params"])
@@ -120,7 +121,7 @@ def recorded_bits(records: pd.DataFrame) -> dict[tuple[str, str], float]:
 
 def setting_problem(launch: pd.Series, bits: float | None) -> str | None:
     """None when the launch ran the guide's setting (2 bits, 4 MiB buckets, layer_norm skipped), else why not."""
-    params = launch_params(launch["params"])
+    params = json_object(launch["params"])
     problems = []
     if bits is None:
         problems.append(f"no {TECHNIQUE} series recorded its bits per element")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-# No matplotlib.use(): inside a kernel the inline backend must stay, and headless
-# processes fall back to Agg on their own.
-import matplotlib.pyplot as plt
 import seaborn as sns
+
+from hpcbench.present.kit import figure_for
 
 
 def io_formats_plot(summary, *, title: str = "Cold-cache read throughput per format", axes=None):
@@ -16,9 +15,7 @@ def io_formats_plot(summary, *, title: str = "Cold-cache read throughput per for
     Returns:
         The matplotlib Figure.
     """
-    if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    fig = axes[0].figure
+    fig, axes = figure_for(axes, 1, 2, figsize=(11, 4))
     sweep = summary[summary["phase"] == "sweep"] if len(summary) else summary
     if not len(sweep):
         axes[0].text(0.5, 0.5, "no measurements", ha="center", va="center")

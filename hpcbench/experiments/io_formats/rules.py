@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from hpcbench.core.results import json_object
 from hpcbench.guide.claims import Claim
-from hpcbench.judge.evidence import Evidence, Judgement, launch_params
+from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels
 from hpcbench.judge.verdict import Reference
 
@@ -32,7 +33,7 @@ GUIDE_PREFETCH = 1
 
 def setting_of(launch: pd.Series) -> tuple[int, int]:
     """(workers, prefetch_factor) compared: the most workers the launch ran, the guide's buffer."""
-    params = launch_params(launch["params"])
+    params = json_object(launch["params"])
     workers = max(params.get("workers") or [0])
     prefetch = min(params.get("prefetch_factors") or [GUIDE_PREFETCH]) if workers else 0
     return int(workers), int(prefetch)
@@ -79,7 +80,7 @@ def rule_c5(claim: Claim, evidence: Evidence) -> Judgement:
     def comparisons(launch: pd.Series) -> list[Comparison]:
         workers, prefetch = setting_of(launch)
         at = {"phase": "sweep", "workers": workers, "prefetch_factor": prefetch}
-        params = launch_params(launch["params"])
+        params = json_object(launch["params"])
         formats = [f for f in C5_FORMATS if f in (params.get("formats") or [])]
         out = [Comparison(f"{fmt} / small files", {**at, "format": fmt}, {**at, "format": SMALL_FILES},
                           Reference(C5_SPEEDUP, lower=C5_SPEEDUP, source="'container formats fix the bottleneck'"))

@@ -6,17 +6,15 @@ import pandas as pd
 
 from hpcbench.experiments.monitoring.summary import UTIL_HEALTHY_MIN
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                  present_stats, text_table)
+                                  summary_presenter, text_table)
 
 C6_COLUMNS = {"tcp_retransmission_rate_worst": "TCP retrans. worst", "storage_read_p99_worst": "read P99 worst (s)",
               "sm_activity_worst": "SM activity worst", "cpu_cache_hit_rate_worst": "cache hit worst"}
 
 
-def present_monitoring(data: ExperimentData) -> list[Section]:
+@summary_presenter("fault")
+def present_monitoring(data: ExperimentData, s: pd.DataFrame) -> list[Section]:
     """One row per source, variant and fault: launches, step slowdown, utilisation, detected / missed, alerts."""
-    s = data.summaries
-    if s is None or not len(s) or "fault" not in s.columns:
-        return present_stats(data)
     section = Section(title="Monitoring: what utilisation shows against the C6 alerts", id="exp-monitoring")
     rows = []
     for (source, variant, fault), g in s.groupby(["source", "variant", "fault"], sort=False):

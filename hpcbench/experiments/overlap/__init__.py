@@ -1,7 +1,7 @@
 """Experiment ``overlap``: gradient accumulation under DDP's no_sync(), synchronising once per k micro-steps (C9)."""
 
 from hpcbench.diag.records import BREAKDOWN_STEPS
-from hpcbench.experiments import Estimate, Experiment, register
+from hpcbench.experiments import ClaimSet, Estimate, Experiment, register
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
 from hpcbench.experiments.overlap.prediction import PREDICTIONS
 from hpcbench.experiments.overlap.present import present_overlap
@@ -46,16 +46,10 @@ TOY = dict(batch_size=2, warmup_steps=1, steps=2, layout_repeats=2, loss_samples
 
 
 SPEC = register(Experiment(
-    name="overlap",
-    notebook="05_overlap.ipynb",
-    config=OverlapExperimentConfig,
+    name="overlap", notebook="05_overlap.ipynb", config=OverlapExperimentConfig,
+    # the predictions' measured inputs: the scale model's launches
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model"),
+    summarize=summarize, present=present_overlap, estimate=estimate, toy=TOY,
     description="gradient accumulation under no_sync() for k micro-steps: counted synchronisations per sample, "
                 "samples/s, exposed vs total communication and the overlapped share",
-    summarize=summarize,
-    rules=RULES,
-    predictions=PREDICTIONS,
-    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
-    present=present_overlap,
-    estimate=estimate,
-    toy=TOY,
 ))

@@ -7,7 +7,7 @@ import pandas as pd
 from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.overlap.summary import SUMMARY_KEYS, series_name
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
-                                  image_of, ordered, pick, present_stats, slug, source_variants, text_table)
+                                  image_of, ordered, pick, slug, source_variants, summary_presenter, text_table)
 
 #: Summary column -> table heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"throughput_total_p50": "samples/s p50 (total)", "step_p50_ms": "step p50 (ms)",
@@ -16,11 +16,9 @@ COLUMNS = {"throughput_total_p50": "samples/s p50 (total)", "step_p50_ms": "step
            "overlapped_share": "overlapped share"}
 
 
-def present_overlap(data: ExperimentData) -> list[Section]:
+@summary_presenter(*SUMMARY_KEYS)
+def present_overlap(data: ExperimentData, s: pd.DataFrame) -> list[Section]:
     """Per model: k, no_sync, times, counted synchronisations, exposed / total communication; the figure; checks."""
-    s = data.summaries
-    if s is None or not len(s) or not set(SUMMARY_KEYS) <= set(s.columns):
-        return present_stats(data)
     section = Section(title="Overlap: no_sync() accumulation, synchronisations and exposed communication",
                       id="exp-overlap")
     keys = ["source", "variant", *SUMMARY_KEYS]

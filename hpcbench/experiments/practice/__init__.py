@@ -1,6 +1,6 @@
 """Experiment ``practice``: the C12 gate before scaling out, on real faults injected one phase each (C12)."""
 
-from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
+from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
 from hpcbench.experiments.practice.config import PracticeConfig
 from hpcbench.experiments.practice.present import present_practice
 from hpcbench.experiments.practice.rules import RULES
@@ -32,15 +32,9 @@ TOY = dict(faults=["none", "slow_storage", "cpu_contention"], phase_s=1.5, min_s
 
 
 SPEC = register(Experiment(
-    name="practice",
-    notebook="12_practice.ipynb",
-    config=PracticeConfig,
+    name="practice", notebook="12_practice.ipynb", config=PracticeConfig, claims=ClaimSet(RULES),
+    summarize=summarize, present=present_practice, estimate=estimate, toy=TOY,
     description="training on 2 nodes with one real fault per phase on the last node (slow, lossy or flapping link, "
                 "slow storage, CPU contention, unbound threads, a slow node): the C12 gate after each phase, and the "
                 "fraction of faults it catches",
-    summarize=summarize,
-    rules=RULES,
-    present=present_practice,
-    estimate=estimate,
-    toy=TOY,
 ))

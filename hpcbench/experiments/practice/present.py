@@ -6,16 +6,14 @@ import pandas as pd
 
 from hpcbench.experiments.practice.config import NO_FAULT
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                  present_stats, text_table)
+                                  summary_presenter, text_table)
 
 GATE_COLUMNS = {"step_time_cv": "step-time std/mean", "comm_share": "comm share", "read_p99_s": "read P99 (s)"}
 
 
-def present_practice(data: ExperimentData) -> list[Section]:
+@summary_presenter("fault")
+def present_practice(data: ExperimentData, s: pd.DataFrame) -> list[Section]:
     """One row per source, variant and fault: launches applied, slowdown, gate values, caught / missed."""
-    s = data.summaries
-    if s is None or not len(s) or "fault" not in s.columns:
-        return present_stats(data)
     section = Section(title="Practice: the C12 gate before scaling out, on injected faults", id="exp-practice")
     rows = []
     for (source, variant, fault), g in s.groupby(["source", "variant", "fault"], sort=False):

@@ -21,11 +21,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hpcbench.core.results import expand_labels
+from hpcbench.core.results import expand_labels, json_object
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.practice.config import NO_FAULT, PracticeConfig
 from hpcbench.fault.phases import NO_INJECTION_RECORD, phase_problems
-from hpcbench.judge.evidence import launch_params
 
 EXPERIMENT = "practice"
 #: The rows the summary reads (the gate reads step_time, comm_time and read_time among them).
@@ -57,7 +56,7 @@ def summarize(records: Any) -> Any:
     rows = rows[rows["metric"].isin(METRICS)]
     if rows.empty:
         return pd.DataFrame(columns=["fault", "injected", "caught", "gate_passed"])
-    order = list(launch_params(rows["params"].iloc[0]).get("faults") or []) if "params" in rows.columns else []
+    order = list(json_object(rows["params"].iloc[0]).get("faults") or []) if "params" in rows.columns else []
     # the few columns read here and by the gate: every selection copies the rows, and the schema's strings are wide
     rows = rows[[c for c in ("metric", "value", "unit", "step", "rank", "labels", "text", "task_id", "repetition")
                  if c in rows.columns]]

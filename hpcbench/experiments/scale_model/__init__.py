@@ -1,7 +1,7 @@
 """Experiment ``scale_model``: the scale model validated on the emulated cluster at several link rates; C1 with it."""
 
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
 from hpcbench.experiments.scale_model.config import RUN_MODES, ScaleModelConfig
 from hpcbench.experiments.scale_model.present import present_scale_model
 from hpcbench.experiments.scale_model.rules import RULES, predict_c1_at_guide_scale
@@ -72,19 +72,13 @@ TOY = dict(link_rates=["1gbit"], ops=["all_reduce"], min_bytes=1024, max_bytes=6
 
 
 SPEC = register(Experiment(
-    name="scale_model",
-    notebook="09_scale_model.ipynb",
-    config=ScaleModelConfig,
-    description="the scale model validated on the emulated cluster: per link rate, collectives fitted with "
-                "alpha-beta, each mode's step predicted from them and the no-op compute, residuals against "
-                "the measured median; C1 judged at the guide's platform with the measured link efficiency",
-    summarize=summarize,
-    rules=RULES,
+    name="scale_model", notebook="09_scale_model.ipynb", config=ScaleModelConfig,
     # The ledger's "predicted at the guide's scale" for C1: the model at the guide's platform, with this
     # experiment's measured link efficiency as an input where it has launches. The experiments that rule on
     # C2, C3, C7, C8 and C9 predict them, with this experiment's evidence (their SPECs' prediction_inputs).
-    predictions={"C1": predict_c1_at_guide_scale},
-    present=present_scale_model,
-    estimate=estimate,
-    toy=TOY,
+    claims=ClaimSet(RULES, {"C1": predict_c1_at_guide_scale}),
+    summarize=summarize, present=present_scale_model, estimate=estimate, toy=TOY,
+    description="the scale model validated on the emulated cluster: per link rate, collectives fitted with "
+                "alpha-beta, each mode's step predicted from them and the no-op compute, residuals against "
+                "the measured median; C1 judged at the guide's platform with the measured link efficiency",
 ))

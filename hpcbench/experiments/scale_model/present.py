@@ -9,7 +9,7 @@ import pandas as pd
 from hpcbench.experiments.scale_model.rules import pct
 from hpcbench.experiments.scale_model.summary import TOLERANCE
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                  present_stats, text_table)
+                                  summary_presenter, text_table)
 
 KEYS = ["source", "variant", "link_rate"]
 
@@ -87,11 +87,9 @@ def _c1_table(c1: pd.DataFrame) -> Table:
                          "does not state the count)")
 
 
-def present_scale_model(data: ExperimentData) -> list[Section]:
+@summary_presenter("row")
+def present_scale_model(data: ExperimentData, s: pd.DataFrame) -> list[Section]:
     """The residual table and figure, the fits, C1's inputs, the driver's text rows and the evidence."""
-    s = data.summaries
-    if s is None or not len(s) or "row" not in s.columns:
-        return present_stats(data)
     section = Section(title="Scale model: predicted vs measured step time on the emulated cluster",
                       id="exp-scale-model")
     steps = s[s["row"] == "step"]

@@ -6,7 +6,7 @@ import pandas as pd
 
 from hpcbench.experiments.scaling.summary import SUMMARY_KEYS
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                  present_stats, text_table)
+                                  summary_presenter, text_table)
 
 #: Summary column -> table heading; each cell is the median over the launches of a source and variant.
 COLUMNS = {"throughput_p50": "throughput p50 (total)", "per_node_p50": "per node p50", "efficiency": "efficiency",
@@ -19,11 +19,9 @@ def _gate_counts(g: pd.DataFrame) -> str:
     return f"{counts['passed']} pass, {counts['failed']} fail of {len(g)}"
 
 
-def present_scaling(data: ExperimentData) -> list[Section]:
+@summary_presenter(*SUMMARY_KEYS)
+def present_scaling(data: ExperimentData, s: pd.DataFrame) -> list[Section]:
     """One table per source and variant (stages, medians over launches, the gate's counts), the figure, outcomes."""
-    s = data.summaries
-    if s is None or not len(s) or not set(SUMMARY_KEYS) <= set(s.columns):
-        return present_stats(data)
     section = Section(title="Scaling: 1 -> 2 -> 4 nodes, the gate before each step out", id="exp-scaling")
     ran = s[s["ran"] == True]  # noqa: E712
     rows, classes = [], []

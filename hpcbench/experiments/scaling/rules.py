@@ -36,8 +36,9 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.core.facts import EMULATED_CLUSTER
+from hpcbench.core.results import json_object
 from hpcbench.guide.claims import Claim
-from hpcbench.judge.evidence import Evidence, Judgement, launch_params
+from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, judge_comparisons
 from hpcbench.judge.verdict import Reference
 
@@ -72,7 +73,7 @@ def cpu_problem(launch: pd.Series, nodes: int, ranks_per_node: int) -> str:
 
 def c13_comparisons(launch: pd.Series) -> list[Comparison]:
     """Per stage k > 1, both arms, stated from the launch's parameters before any value is read."""
-    params = launch_params(launch["params"])
+    params = json_object(launch["params"])
     stages = [int(k) for k in params.get("stages", [])]
     per_node = int(params.get("ranks_per_node", 1))
     out = []

@@ -3,7 +3,7 @@
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import BREAKDOWN_STEPS, TRACE_STEPS
-from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, Estimate, Experiment, register
+from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
 from hpcbench.experiments.weather_case.config import GUIDE_REGIME, WeatherCaseConfig
 from hpcbench.experiments.weather_case.prediction import PREDICTIONS
 from hpcbench.experiments.weather_case.present import present_weather_case
@@ -74,18 +74,11 @@ TOY = dict(stages=["original", "full"], micro_batch=2, loss_samples=8, warmup_st
 
 
 SPEC = register(Experiment(
-    name="weather_case",
-    notebook="20_weather_case.ipynb",
-    config=WeatherCaseConfig,
+    name="weather_case", notebook="20_weather_case.ipynb", config=WeatherCaseConfig,
+    # the predictions' measured inputs: the scale model's launches
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C7": GUIDE_REGIME}),
+    summarize=summarize, present=present_weather_case, estimate=estimate, toy=TOY,
     description="the guide's tuning case on a weather ViT: original -> hierarchical + tuned buckets -> + 2-bit "
                 "compression + no_sync over 4 micro-steps, and each technique alone: time per micro-step, busy "
                 "share, bytes across nodes, loss check",
-    summarize=summarize,
-    rules=RULES,
-    predictions=PREDICTIONS,
-    prediction_inputs="scale_model",  # the model's measured inputs: the scale model's launches
-    regimes={"C7": GUIDE_REGIME},
-    present=present_weather_case,
-    estimate=estimate,
-    toy=TOY,
 ))

@@ -9,7 +9,8 @@ from hpcbench.core.facts import GUIDE_C7_STEP_MS, GUIDE_C7_UTIL
 from hpcbench.experiments.weather_case.stages import BASELINE, STAGE_NAMES, STAGES
 from hpcbench.models import MODELS
 from hpcbench.parallel.modes import MODES
-from hpcbench.scale.regime import REGIMES, GuideRegime, calibration_rates_problem
+from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
+                                   calibration_steps_param, regime_param)
 
 #: The grid models (weather ViTs) the experiment can train.
 GRID_MODELS = tuple(name for name in MODELS.names() if MODELS.get(name).kind == "grid")
@@ -84,19 +85,16 @@ class WeatherCaseConfig(DistributedConfig):
     trace: bool = param(True, "profile 4 extra untimed optimizer steps (1 wait, 1 warm-up, 2 recorded) of the "
                               "first stage, the loader in the loop, and write each rank's Chrome/Perfetto trace "
                               "to <task dir>/trace/<rank>.json, linked from the report; false: no trace")
-    regime: str = param("guide", "guide: before the timed steps, measure original's busy share at each of "
-                                 "calibration_rates, fit busy = c / (c + a + B / rate) (hpcbench.scale.regime) and "
-                                 "shape every node link to the rate at which original is 61 % busy, the guide's "
-                                 "regime (emulated cluster only; the link is put back afterwards); the verdict "
-                                 "counts only launches that reached it. fixed: time on the link as it is (context "
-                                 "rows: 'what this looks like on my link')", choices=REGIMES)
-    calibration_rates: list[str] = param(["1gbit", "300mbit", "100mbit"], "link rates (tc syntax) at which the "
-                                         "calibration measures original's busy share; 2-3 rates bracketing the "
-                                         "guide's regime (weather_tiny on 2 CPU cores: ~85 % busy at 1 Gbit/s, "
-                                         "~40 % at 100 Mbit/s)", allowed="2-3 distinct tc rates within 10mbit..10gbit")
-    calibration_steps: int = param(3, "timed steps of original and its no-op twin per calibration rate (after 1 "
-                                      "untimed); each rate, and the one refinement at the solved rate, adds ~(1 + "
-                                      "calibration_steps) x 2 original steps and one reshape (~1.5 s)", min=2, max=100)
+    regime: str = regime_param(
+        measure="before the timed steps, measure original's busy share",
+        target="original is 61 % busy, the guide's regime", counts="the verdict counts only launches that reached it",
+        fixed="time on the link as it is (context rows: 'what this looks like on my link')")
+    calibration_rates: list[str] = calibration_rates_param(
+        ["1gbit", "300mbit", "100mbit"], "original",
+        bracketing="the guide's regime (weather_tiny on 2 CPU cores: ~85 % busy at 1 Gbit/s, ~40 % at 100 Mbit/s)")
+    calibration_steps: int = calibration_steps_param(
+        "original", cost="; each rate, and the one refinement at the solved rate, adds ~(1 + calibration_steps) x 2 "
+                         "original steps and one reshape (~1.5 s)")
 
     def validate(self) -> None:
         if not self.stages:

@@ -1,8 +1,6 @@
 """C7 at the guide's scale: the scale model's weather step after communication tuning and no_sync.
 
-The ledger's "predicted at the guide's scale" for the claim this experiment rules on. Its measured
-inputs (link efficiency, overlapped share) come from the scale model's launches: the SPEC's
-``prediction_inputs`` names whose evidence the ledger passes.
+The ledger's "predicted at the guide's scale" for this claim; the inputs it shares: :mod:`hpcbench.scale.guide_scale`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from hpcbench.diag.report import diagnostics_tables, without_diagnostics
 from hpcbench.experiments.weather_case.plot import draw_speedups, speedup_frame
 from hpcbench.experiments.weather_case.stages import STAGE_ORDER
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
-                                  present_stats, source_variants, text_table)
+                                  source_variants, summary_presenter, text_table)
 
 #: Columns pooled over launches as the median of the per-launch values.
 MEDIAN_COLUMNS = ("micro_step_p50_ms", "busy_share_p50", "bytes_across_nodes", "loss_vs_original")
@@ -45,11 +45,9 @@ def _percent(value: object) -> str:
     return "–" if math.isnan(x) else f"{x:.0%}"
 
 
-def present_weather_case(data: ExperimentData) -> list[Section]:
+@summary_presenter("stage")
+def present_weather_case(data: ExperimentData, summaries: pd.DataFrame) -> list[Section]:
     """Per source and variant: the guide's table (stage, ms, utilisation) beside ours, then the bars."""
-    summaries = data.summaries
-    if summaries is None or not len(summaries) or "stage" not in summaries.columns:
-        return present_stats(data)
     if "source" not in summaries.columns:
         summaries = summaries.assign(source=data.sources[0] if data.sources else "")
     pooled = pool_launches(summaries)

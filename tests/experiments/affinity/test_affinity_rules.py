@@ -132,7 +132,7 @@ def test_unapplied_settings_do_not_count_and_are_named(tmp_path):
 
 
 def test_no_ledger_rule_t_affinity_is_a_technique():
-    assert RULES == {} and EXPERIMENTS.get("affinity").claims == ()
+    assert RULES == {} and EXPERIMENTS.get("affinity").claims.ids == ()
     assert "affinity" not in {o for owners in rule_owners().values() for o in owners}
 
 
