@@ -38,7 +38,7 @@ test: setup
 # --report writes the report when the run ends (also after a failed task, which it lists) and prints
 # its path; the exit status is the run's (1 when a task failed), or 2 when the report cannot be written.
 demo: setup
-	@$(VENV)/bin/hpcbench suite demo --run-dir $(DEMO_RUN) --report reports/demo
+	@$(VENV)/bin/hpcbench suite demo --run-dir $(DEMO_RUN) --jobs 2 --report reports/demo
 
 # Root, slurm-wlm and munge: brings the emulated cluster up, calibrates its link to the guide's
 # inter/intra-node bandwidth ratio (NICS InfiniBand NICs per 8-GPU node), runs the reproduce suite
