@@ -178,9 +178,14 @@ class ClaimSet:
     """Claims the experiment informs without judging them (C16's inventory)."""
 
     @property
+    def informs(self) -> tuple[str, ...]:
+        """The context claims it does not also rule on."""
+        return tuple(c for c in self.context if c not in self.rules)
+
+    @property
     def ids(self) -> tuple[str, ...]:
         """The claims it rules on, then those it only informs."""
-        return tuple(self.rules) + tuple(c for c in self.context if c not in self.rules)
+        return tuple(self.rules) + self.informs
 
 
 @dataclass(frozen=True)

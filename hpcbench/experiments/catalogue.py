@@ -47,8 +47,7 @@ def _techniques(exp: Experiment) -> str:
 
 def _row(exp: Experiment) -> str:
     claims = exp.claims
-    informs = [c for c in claims.context if c not in claims.rules]
-    cells = [f"`{exp.name}`", f"[{exp.notebook}]({exp.notebook})", _claims(claims.rules), _claims(informs),
+    cells = [f"`{exp.name}`", f"[{exp.notebook}]({exp.notebook})", _claims(claims.rules), _claims(claims.informs),
              ", ".join(claims.predictions) or "—", _techniques(exp), _cell(exp.description)]
     return "| " + " | ".join(cells) + " |"
 

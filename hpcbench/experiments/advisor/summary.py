@@ -160,7 +160,7 @@ def verify_records(records: Any, cfg: AdvisorConfig) -> Verification:
     summary = summarize(records)
     seen = {(r.regime, r.technique): r for r in summary.itertuples(index=False)}
     noop = records[records["metric"] == "step_time"]
-    noop_regimes = {json_object(t).get("regime") for t in noop["labels"] if json_object(t).get("comm") == "noop"}
+    noop_regimes = {labels.get("regime") for labels in map(json_object, noop["labels"]) if labels.get("comm") == "noop"}
     for regime in cfg.regimes:
         if regime not in noop_regimes:
             problems.append(f"{regime}: no no-op step (the baseline's compute) recorded")

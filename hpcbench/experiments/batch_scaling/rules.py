@@ -56,10 +56,11 @@ def accumulating_factor(params: dict) -> int | None:
 def rule_c2(claim: Claim, evidence: Evidence) -> Judgement:
     """C2: per-rank throughput, accumulated > 4x batch over the 1x batch, paired per launch."""
     def comparisons(launch: pd.Series) -> list[Comparison]:
-        factor = accumulating_factor(json_object(launch["params"]))
+        params = json_object(launch["params"])
+        factor = accumulating_factor(params)
         if factor is None:
             return []
-        top = max(int(f) for f in json_object(launch["params"])["factors"])
+        top = max(int(f) for f in params["factors"])
         return [Comparison(
             f"fixed_global_batch {top}x by {top // factor} x {factor}x micro-batches / larger_batch 1x",
             {"regime": "fixed_global_batch", "factor": factor}, {"regime": "larger_batch", "factor": 1},
