@@ -15,7 +15,7 @@ from hpcbench.data.errors import DatasetNotFoundError, ManifestError, ShardError
 from hpcbench.data.manifest import load_manifest, sha256_file, shard_paths
 from hpcbench.data.page_cache import evict, residency
 from hpcbench.data.prefetch import DevicePrefetcher, buffer_samples, prefetch_sweep
-from hpcbench.data.readers import collate_samples, open_dataset
+from hpcbench.data.readers import collate_samples, image_bytes, open_dataset
 from hpcbench.data.staging import stage_dataset
 from hpcbench.data.writers import convert
 from hpcbench.core.errors import HpcbenchError, RegistryError
@@ -68,6 +68,68 @@ def test_truncated_shard_found_mid_read_is_repaired_without_repeats(staged):
     seen = [item["index"] for item in ds]
     assert seen == list(range(SPEC.count))
     assert len(ds.repairs()) == 1 and "truncated" in ds.repairs()[0]["reason"]
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "tar"])
+def test_zero_copy_batches_repair_a_shard_truncated_after_it_was_opened(staged, image_sets, fmt):
+    # The batch path holds the shard open between batches and reads each sample with preadv:
+    # a shard cut short under it gives a short read, which repairs the shard and reads the
+    # sample from the repaired copy; every sample arrives once, with the source's bytes.
+    folder = staged(fmt)
+    manifest, _ = load_manifest(folder)
+    victim = folder / manifest.shards[0].path
+    ds = open_dataset(folder, decode=False, verify="none", shuffle=False, batch_in_worker=4)
+    assert ds.zero_copy
+    batches = iter(ds)
+    first = next(batches)                         # shard 0 is open now, most of its samples unread
+    assert first["index"].tolist() == [0, 1, 2, 3]
+    with open(victim, "r+b") as fh:               # the same file (inode) the reader holds, cut short
+        fh.truncate(victim.stat().st_size // 3)
+    rest = list(batches)
+    got = [first, *rest]
+    assert [i for b in got for i in b["index"].tolist()] == list(range(SPEC.count))
+    want = {i: data for i, (data, _) in source_samples(image_sets["files"]).items()}
+    for batch in got:
+        for i, data in zip(batch["index"].tolist(), image_bytes(batch)):
+            assert data == want[i], f"sample {i}: bytes differ after the repair"
+    repairs = ds.repairs()
+    assert len(repairs) == 1 and "bytes at offset" in repairs[0]["reason"]
+    assert sha256_file(victim) == manifest.shards[0].sha256
+
+
+def test_zero_copy_batches_fall_back_to_hdf5_reads_for_a_filtered_shard(image_sets, tmp_path):
+    # A shard whose jpeg array is compressed is not one byte range of the file: its samples are
+    # read through HDF5 (one copy each), the batches are the same as the per-sample path's.
+    import h5py
+    from hpcbench.data.readers.hdf5 import contiguous_start
+
+    folder = tmp_path / "hdf5"
+    shutil.copytree(image_sets["hdf5"], folder)
+    manifest_path = folder / "manifest.json"
+    doc = json.loads(manifest_path.read_text())
+    shard = folder / doc["shards"][1]["path"]
+    with h5py.File(shard, "r") as f:
+        arrays = {k: f[k][()] for k in f}
+        assert contiguous_start(f["jpeg"]) is not None     # as the writer stores it
+    with h5py.File(shard, "w") as f:
+        for k, v in arrays.items():
+            f.create_dataset(k, data=v, **({"compression": "gzip", "chunks": (1 << 16,)} if k == "jpeg" else {}))
+    with h5py.File(shard, "r") as f:
+        assert contiguous_start(f["jpeg"]) is None
+    doc["shards"][1].update(bytes=shard.stat().st_size, sha256=sha256_file(shard))
+    manifest_path.write_text(json.dumps(doc))
+    opts = dict(decode=False, seed=3, verify="size")
+    batched = open_dataset(folder, batch_in_worker=5, **opts)
+    per_sample = open_dataset(folder, **opts)
+    assert batched.zero_copy
+    a = list(batched)
+    b = [collate_samples(chunk) for chunk in _chunks(list(per_sample), 5)]
+    assert [x["index"].tolist() for x in a] == [y["index"].tolist() for y in b]
+    assert [image_bytes(x) for x in a] == [y["image"] for y in b]
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    return [items[k:k + n] for k in range(0, len(items), n)]
 
 
 def test_wrong_size_shard_is_repaired_on_open(staged):

@@ -13,8 +13,9 @@ this disk: /tmp may be a tmpfs, where "cold" means nothing):
   without the read ahead, and with one HDF5 hyperslab call per block instead of ``preadv``;
   and one HDF5 call per pair, no read ahead (what a naive per-sample reader does);
 * ImageNet-like JPEGs in HDF5 shards (``--shard-size``), read by
-  :class:`hpcbench.data.readers.hdf5.HDF5Dataset` with block reads (``block_bytes``, the
-  default) and sample by sample (``block_bytes = 0``, the former path).
+  :class:`hpcbench.data.readers.hdf5.HDF5Dataset` as zero-copy batches of 128 (``batch_in_worker``:
+  each sample ``preadv``-ed from the file straight into its batch's tensor), with block reads
+  (``block_bytes``, the per-sample default) and sample by sample (``block_bytes = 0``, the former path).
 
 Each reader runs alone (one process, no DataLoader, raw data: no JPEG decoding, shards
 checked by size, shuffled) for one epoch, and every sample must arrive exactly once. In the
@@ -50,6 +51,8 @@ from hpcbench.data.scratch import disk_scratch
 from hpcbench.data.writers import convert
 
 SHARE_TARGET = 0.70
+#: Samples per batch of the zero-copy path (the io_formats benchmark's DataLoader batch).
+IMAGE_BATCH = 128
 CACHES = ("cold", "warm")
 #: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
 TOY_ARGS = ["--steps", "16", "--steps-per-shard", "8", "--block-sizes", "4,8", "--images", "24", "--shard-size", "200K",
@@ -99,7 +102,9 @@ def reader_epoch(subject: Subject, epoch: int) -> tuple[float, float, int]:
     """One epoch of the subject's reader: (wall s, CPU s, reads); every sample exactly once."""
     ds = subject.open()
     ds.set_epoch(epoch)
-    wall, cpu, seen = timed(lambda: [item["index"] for item in ds])
+    # A batch's "index" is a tensor of its samples' positions; a sample's, one int.
+    wall, cpu, items = timed(lambda: [item["index"] for item in ds])
+    seen = [i for x in items for i in (x.tolist() if hasattr(x, "tolist") else [x])]
     if sorted(seen) != list(range(subject.expected)):
         raise SystemExit(f"{subject.data} {subject.path}: the epoch lost or repeated samples")
     return wall, cpu, ds.reads
@@ -132,9 +137,9 @@ def subjects(weather_dir: Path, hdf5: Path, block_sizes: list[int]) -> list[Subj
     pairs = WeatherDataset(weather_dir, verify="size").pairs
     images = load_manifest(hdf5)[0].samples
 
-    def image_reader(block_bytes: int) -> Callable[[], HDF5Dataset]:
+    def image_reader(block_bytes: int, batch: int | None = None) -> Callable[[], HDF5Dataset]:
         def make() -> HDF5Dataset:
-            ds = HDF5Dataset(hdf5, decode=False, verify="size", seed=0)
+            ds = HDF5Dataset(hdf5, decode=False, verify="size", seed=0, batch_in_worker=batch)
             ds.block_bytes = block_bytes
             return ds
         return make
@@ -151,6 +156,8 @@ def subjects(weather_dir: Path, hdf5: Path, block_sizes: list[int]) -> list[Subj
         *variants,
         Subject("weather", "per pair, HDF5 call (naive)", w_files, lambda: WeatherDataset(
             weather_dir, verify="size", seed=0, block_size=1, direct=False, readahead=0), pairs, False),
+        Subject("images", f"zero-copy batches of {IMAGE_BATCH}", i_files,
+                image_reader(HDF5Dataset.block_bytes, IMAGE_BATCH), images, True),
         Subject("images", f"block (<= {HDF5Dataset.block_bytes >> 20} MiB/read)", i_files,
                 image_reader(HDF5Dataset.block_bytes), images, True),
         Subject("images", "per sample (before)", i_files, image_reader(0), images, False),

@@ -27,18 +27,35 @@ from a worker to the main process: raw JPEG bytes are packed into one uint8 tens
 in shared memory (``image``) with ``image_offsets`` (``N + 1`` int64, sample ``k`` is
 ``image[offsets[k]:offsets[k + 1]]``; :func:`image_bytes` unpacks), so only a handle is
 pickled, instead of ``N`` bytes objects (~N x 110 KB) copied through the worker's pipe.
+
+Zero-copy batches (``batch_in_worker`` with ``decode=False``, the storage path): a format that
+can say where each sample's bytes lie in its shard file (:meth:`ShardedImageDataset.sample_extents`:
+HDF5 shards with unfiltered contiguous chunks, tar shards, small files) is read without any
+per-sample ``bytes``: the samples are planned and shuffled as positions, and each batch's samples
+are read with one ``os.preadv`` each straight from the file into the batch's shared tensor, the
+one copy a plain ``read`` also makes (from a sha256-checked shard in memory: one ``memcpy``). Same
+samples, order, batches, ``opens`` and labels as the per-sample path; a piece whose shard cannot
+say (an HDF5 shard written otherwise) is read through :meth:`~ShardedImageDataset.read_range`
+and copied once; TFRecord (whose records must be CRC-checked and parsed) keeps the per-sample path.
+A read that fails there repairs the shard and reads the sample again, as elsewhere; ``allow_skip``
+(which would drop samples from batches already planned) uses the per-sample path.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import random
+import sys
 import time
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, BinaryIO, Callable, ClassVar, Iterator
+
+import numpy as np
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -87,6 +104,35 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(shape, dtype=dtype)
     storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
+class _BufferPool:
+    """Batch buffers for the reader's own process, reused once nothing holds them any more.
+
+    A fresh multi-MB tensor per batch costs its page faults (the kernel zeroes every page) on the
+    first write: about as much CPU again as reading the bytes into it from the page cache. A
+    buffer here is a numpy array that each batch tensor views (``torch.from_numpy``); the tensor's
+    storage, and every view of it, keeps a reference to the array, so an array that only the pool
+    references is free to fill again. In a DataLoader worker a batch travels as shared memory the
+    main process holds, so workers allocate fresh ones (:func:`_empty`).
+    """
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self.arrays: list[np.ndarray] = []
+
+    def tensor(self, nbytes: int) -> torch.Tensor:
+        for array in self.arrays:
+            # 3: the list, this loop's name and getrefcount's argument; a batch still alive adds its own.
+            if sys.getrefcount(array) == 3 and array.nbytes >= nbytes:
+                return torch.from_numpy(array[:nbytes])
+        # Room for a batch of larger samples than this one: sizes vary, and a buffer that is a
+        # few bytes short would be passed over every time.
+        array = np.empty(max(nbytes + nbytes // 2, 1), dtype=np.uint8)
+        if len(self.arrays) >= self.keep:
+            self.arrays.pop(0)
+        self.arrays.append(array)
+        return torch.from_numpy(array[:nbytes])
 
 
 def _pack(values: list[bytes]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,6 +251,72 @@ class RawSample:
     opens: int
 
 
+@dataclass
+class SampleExtents:
+    """Where samples ``start .. stop-1`` of an opened shard lie, for reads straight into a batch.
+
+    Sample ``start + k`` is ``sizes[k]`` bytes at offset ``starts[k]`` of the shard: of the file
+    behind ``fd`` (read with ``os.preadv``), or of ``data`` (the shard in memory after a sha256
+    check). ``close`` releases what the extents hold open, once their last sample was read.
+    """
+
+    starts: np.ndarray
+    sizes: np.ndarray
+    labels: np.ndarray
+    fd: int | None = None
+    data: memoryview | None = None
+    close: Callable[[], None] | None = None
+
+
+def _version(fd: int) -> tuple[int, int, int]:
+    st = os.fstat(fd)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _cut(index: tuple[np.ndarray, ...] | None, start: int, stop: int, where: str, **source: Any) -> SampleExtents | None:
+    """Samples ``start .. stop-1`` of a shard's index as extents; None (closing the source) without an index."""
+    if index is None or len(index[0]) < stop:
+        if source.get("close") is not None:
+            source["close"]()
+        if index is None:
+            return None
+        raise CorruptRecordError(f"holds {len(index[0])} samples, the manifest says at least {stop}", path=where)
+    starts, sizes, labels = (a[start:stop] for a in index)
+    return SampleExtents(starts, sizes, labels, **source)
+
+
+class _Source:
+    """A piece's opened shard while its samples wait in the shuffle buffer; closed after its last is read."""
+
+    __slots__ = ("fd", "data", "closer", "left", "piece")
+
+    def __init__(self, piece: Piece, left: int, fd: int | None = None, data: memoryview | None = None,
+                 closer: Callable[[], None] | None = None):
+        self.piece, self.left = piece, left
+        self.fd, self.data, self.closer = fd, data, closer
+
+    def take(self, ext: SampleExtents) -> None:
+        """Read from ``ext`` from now on (a repaired shard), closing what was open."""
+        self.close()
+        self.fd, self.data, self.closer = ext.fd, ext.data, ext.close
+
+    def read_into(self, out: memoryview, offset: int) -> int:
+        if self.fd is not None:
+            return os.preadv(self.fd, (out,), offset)
+        out[:] = self.data[offset:offset + len(out)]
+        return len(out)
+
+    def done_with_one(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.close()
+
+    def close(self) -> None:
+        closer, self.closer, self.data = self.closer, None, None  # a shard in memory is let go too
+        if closer is not None:
+            closer()
+
+
 class ShardedImageDataset(ShardReader):
     """Base of the image readers (see the module docstring).
 
@@ -229,6 +341,10 @@ class ShardedImageDataset(ShardReader):
     """
 
     format: ClassVar[str] = ""
+
+    reads: int = 0
+    """Storage reads made by this process: HDF5 calls of the HDF5 reader, ``preadv`` calls of the zero-copy
+    batch path (one per sample)."""
 
     def __init__(self, path: str | os.PathLike, *, rank: int = 0, world_size: int = 1, shuffle: bool = True,
                  seed: int = 0, shuffle_buffer: int = 64, decode: bool = True, image_size: int | None = None,
@@ -264,7 +380,76 @@ class ShardedImageDataset(ShardReader):
         """Yield ``(jpeg_bytes, label)`` for positions ``start .. stop-1`` of ``shard``."""
         raise NotImplementedError
 
+    def sample_extents(self, shard: OpenedShard, start: int, stop: int) -> SampleExtents | None:
+        """Where samples ``start .. stop-1`` of ``shard`` lie (the zero-copy batch path), or ``None``
+        when this format (or this shard's layout) cannot say without reading them.
+
+        Counts its opens like :meth:`read_range` and raises what it raises on a damaged shard. A
+        format whose shards carry an index implements :meth:`shard_index` and uses :meth:`indexed_extents`.
+        """
+        return None
+
+    def shard_index(self, fh: BinaryIO, shard: OpenedShard) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(offsets, sizes, labels) of every sample of the shard read from ``fh``, or None (no such layout)."""
+        raise NotImplementedError
+
+    def open_indexed(self, shard: OpenedShard) -> tuple[tuple[np.ndarray, ...] | None, int, Callable[[], None]]:
+        """Open the shard file once: (its :meth:`shard_index`, a descriptor to read samples from, its closer).
+
+        The open is counted by the caller. A format whose library reads its index faster from the
+        path than through a Python file object (HDF5) overrides this.
+        """
+        fd = os.open(shard.path, os.O_RDONLY)
+        try:
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                return self.shard_index(fh, shard), fd, lambda: os.close(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def indexed_extents(self, shard: OpenedShard, start: int, stop: int) -> SampleExtents | None:
+        """Extents from :meth:`shard_index`, built once per version of the shard file in this process.
+
+        Reading an index (HDF5's metadata, a tar's headers) costs Python time per shard or per
+        member; kept per file version (size, mtime, inode; a repair renames a new file into place),
+        a persistent DataLoader worker pays it in its first epoch only. One counted open per call,
+        as :meth:`read_range` makes; a stale index is read again through a second one.
+        """
+        cache = self.__dict__.setdefault("_shard_indexes", {})
+        where = str(shard.path)
+        if shard.data is not None:
+            key = ("memory", self.manifest.shards[shard.index].sha256)
+            hit = cache.get(shard.index)
+            if hit is None or hit[0] != key:
+                hit = cache[shard.index] = (key, self.shard_index(io.BytesIO(shard.data), shard))
+            return _cut(hit[1], start, stop, where, data=memoryview(shard.data))
+        shard.access.opens += 1
+        hit, fd, closer = cache.get(shard.index), None, None
+        try:
+            if hit is not None:
+                fd = os.open(shard.path, os.O_RDONLY)
+                closer = partial(os.close, fd)
+                if hit[0] != _version(fd):  # the file changed (repaired, replaced): read its index again
+                    closer()
+                    shard.access.opens += 1
+                    hit = None
+            if hit is None:
+                index, fd, closer = self.open_indexed(shard)
+                hit = cache[shard.index] = (_version(fd), index)
+            return _cut(hit[1], start, stop, where, fd=fd, close=closer)
+        except BaseException:
+            if closer is not None:
+                closer()
+            raise
+
     # -- public -----------------------------------------------------------------------
+    @property
+    def zero_copy(self) -> bool:
+        """Whether batches are read straight into their tensor (module docstring): raw batches of a format
+        that implements :meth:`sample_extents`, samples never skipped."""
+        return (bool(self.batch_in_worker) and not self.decode and not self.allow_skip
+                and type(self).sample_extents is not ShardedImageDataset.sample_extents)
+
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together), also with ``batch_in_worker``."""
         n = self.manifest.samples
@@ -275,7 +460,11 @@ class ShardedImageDataset(ShardReader):
         pieces = epoch_pieces([s.samples for s in self.manifest.shards], consumers=self.world_size * workers,
                               consumer=consumer, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
         rng = random.Random(f"{self.seed}:{self.epoch}:{consumer}")
-        raw = self._read_pieces(pieces, {"rank": self.rank, "worker": worker, "epoch": self.epoch})
+        where = {"rank": self.rank, "worker": worker, "epoch": self.epoch}
+        if self.zero_copy:
+            yield from self._zero_copy_batches(pieces, rng, where)
+            return
+        raw = self._read_pieces(pieces, where)
         samples = buffer_shuffle(raw, self.shuffle_buffer if self.shuffle else 1, rng)
         if not self.batch_in_worker:
             for sample in samples:
@@ -291,6 +480,131 @@ class ShardedImageDataset(ShardReader):
             yield collate_samples(batch, pack_bytes=True)
 
     # -- internals ------------------------------------------------------------------------
+    def _zero_copy_batches(self, pieces: list[Piece], rng: random.Random,
+                           where: dict[str, int]) -> Iterator[dict[str, Any]]:
+        """The storage path's batches (module docstring): positions shuffled, bytes read once into the batch."""
+        sources: list[_Source] = []
+        positions = self._positions(pieces, where, sources)
+        batch: list[tuple] = []
+        try:
+            for position in buffer_shuffle(positions, self.shuffle_buffer if self.shuffle else 1, rng):
+                batch.append(position)
+                if len(batch) == self.batch_in_worker:
+                    yield self._read_batch(batch, where)
+                    batch = []
+            if batch:
+                yield self._read_batch(batch, where)
+        finally:  # an epoch left early closes what its pieces still hold open
+            positions.close()
+            for source in sources:
+                source.close()
+
+    def _positions(self, pieces: list[Piece], where: dict[str, int], sources: list[_Source]) -> Iterator[tuple]:
+        """Every sample of ``pieces`` in order as ``(index, label, source, offset, size, seconds, opens)``.
+
+        Tuples, not objects: per sample only a ``preadv`` and this bookkeeping cost Python time.
+        ``seconds`` and ``opens`` are the piece's open and check, carried by its first sample. Each
+        source opened is appended to ``sources``: the caller closes them if the epoch stops early
+        (a source closes itself once its last sample is read, maybe long after this generator ended).
+        """
+        for piece in pieces:
+            t0, reported = time.perf_counter(), self.access.opens
+            ext = self._extents(piece, where)
+            if ext is None:  # this shard cannot say where its samples lie: read them, one copy each
+                for pos, data, label, seconds in self._read_piece(piece, where):
+                    opens, reported = self.access.opens - reported, self.access.opens
+                    yield (self._offsets[piece.shard] + pos, label, _Source(piece, 1, data=memoryview(data)),
+                           0, len(data), seconds, opens)
+                continue
+            seconds, opens = time.perf_counter() - t0, self.access.opens - reported
+            source = _Source(piece, len(piece), ext.fd, ext.data, ext.close)
+            sources.append(source)
+            index = self._offsets[piece.shard] + piece.start
+            for offset, size, label in zip(ext.starts.tolist(), ext.sizes.tolist(), ext.labels.tolist()):
+                yield index, label, source, offset, size, seconds, opens
+                index, seconds, opens = index + 1, 0.0, 0
+
+    def _extents(self, piece: Piece, where: dict[str, int]) -> SampleExtents | None:
+        """The piece's extents, after repairs as :meth:`_read_piece` makes them; ShardError when none helps."""
+        repairs = 0
+        while True:
+            try:
+                shard = self.access.open(piece.shard)
+                ext = self.sample_extents(shard, piece.start, piece.stop)
+                if ext is not None and len(ext.sizes) != len(piece):
+                    if ext.close is not None:
+                        ext.close()
+                    raise CorruptRecordError(f"holds {len(ext.sizes)} of samples {piece.start}..{piece.stop - 1}",
+                                             path=str(shard.path))
+                return ext
+            except REPAIRABLE as exc:
+                self._repair(piece, exc, len(piece), repairs, where)
+                repairs += 1
+
+    def _repair(self, piece: Piece, exc: BaseException, lost: int, repairs: int, where: dict[str, int]) -> None:
+        """Repair the piece's shard after ``exc``, or raise the ShardError that names what is left unread."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if repairs < self.max_repairs and self.access.repair(piece.shard, reason, **where):
+            return
+        raise ShardError(f"shard is corrupt and could not be repaired ({reason}); {lost} samples "
+                         f"unread (pass allow_skip=True to count them as lost instead)",
+                         path=str(self.access.path(piece.shard)), samples=lost) from None
+
+    def _read_batch(self, batch: list[tuple], where: dict[str, int]) -> dict[str, Any]:
+        """One batch as :func:`collate_samples` packs it, each sample read straight into the packed tensor."""
+        n = len(batch)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([p[4] for p in batch], out=offsets[1:])
+        total = int(offsets[-1])
+        if get_worker_info() is None:
+            packed = self.__dict__.setdefault("_buffers", _BufferPool()).tensor(total)
+        else:
+            packed = _empty((total,), torch.uint8)
+        view = memoryview(packed.numpy())
+        ends = offsets.tolist()
+        read_s = [0.0] * n
+        opens = [p[6] for p in batch]
+        perf = time.perf_counter
+        for k, (_, _, source, offset, size, seconds, _) in enumerate(batch):
+            out = view[ends[k]:ends[k] + size]
+            t0 = perf()
+            got = source.read_into(out, offset)
+            if got != size:
+                opens[k] += self._read_again(batch[k], out, where, f"read {got} of {size} bytes at offset {offset}")
+            read_s[k] = seconds + perf() - t0
+            source.done_with_one()
+        self.reads += n
+        return {"image": packed, "image_offsets": torch.from_numpy(offsets),
+                "label": torch.tensor([p[1] for p in batch]), "index": torch.tensor([p[0] for p in batch]),
+                "nbytes": torch.from_numpy(np.diff(offsets)), "read_s": torch.tensor(read_s, dtype=torch.float64),
+                "opens": torch.tensor(opens)}
+
+    def _read_again(self, position: tuple, out: memoryview, where: dict[str, int], why: str) -> int:
+        """A short read (the shard changed under the reader): repair it, read the sample from the copy.
+
+        Returns the opens this made (the sample carries them, as the per-sample path's retry does).
+        """
+        index, _, source, _, size, _, _ = position
+        reported = self.access.opens
+        piece = source.piece
+        k = index - self._offsets[piece.shard] - piece.start
+        exc: BaseException = CorruptRecordError(why, path=str(self.access.path(piece.shard)))
+        for repairs in range(self.max_repairs + 1):
+            self._repair(piece, exc, source.left, repairs, where)  # raises once the repairs are spent
+            try:
+                ext = self._extents(piece, where)
+            except REPAIRABLE as again:
+                exc = again
+                continue
+            if ext is None or int(ext.sizes[k]) != size:
+                raise ShardError("the repaired shard no longer holds this sample as the manifest planned it",
+                                 path=str(self.access.path(piece.shard)), samples=source.left)
+            source.take(ext)  # the piece's other samples read from the repaired shard too
+            got = source.read_into(out, int(ext.starts[k]))
+            if got == size:
+                return self.access.opens - reported
+            exc = CorruptRecordError(f"read {got} of {size} bytes after a repair", path=str(self.access.path(piece.shard)))
+
     def _item(self, s: RawSample) -> dict[str, Any]:
         if self.decode:
             try:
@@ -332,14 +646,11 @@ class ShardedImageDataset(ShardReader):
                 if repairs < self.max_repairs and self.access.repair(piece.shard, reason, **where):
                     repairs += 1
                     continue
-                path = str(self.access.path(piece.shard))
-                lost = len(piece) - done
                 if self.allow_skip:
-                    self.events.add("lost", shard=path, samples=lost, reason=reason, **where)
+                    self.events.add("lost", shard=str(self.access.path(piece.shard)), samples=len(piece) - done,
+                                    reason=reason, **where)
                     return
-                raise ShardError(f"shard is corrupt and could not be repaired ({reason}); {lost} samples "
-                                 f"unread (pass allow_skip=True to count them as lost instead)",
-                                 path=path, samples=lost) from None
+                self._repair(piece, exc, len(piece) - done, self.max_repairs, where)
 
 
 READERS: Registry[type[ShardedImageDataset]] = Registry("data format")

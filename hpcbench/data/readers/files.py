@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
-from hpcbench.data.readers.base import ShardedImageDataset, register_reader
+import numpy as np
+
+from hpcbench.data.readers.base import SampleExtents, ShardedImageDataset, register_reader
 from hpcbench.data.resilience import OpenedShard
 
 
@@ -22,3 +25,18 @@ class FilesDataset(ShardedImageDataset):
         with shard.open_file() as fh:
             data = fh.read()
         yield data, label
+
+    def sample_extents(self, shard: OpenedShard, start: int, stop: int) -> SampleExtents | None:
+        if start >= stop:
+            return SampleExtents(*(np.zeros(0, np.int64) for _ in range(3)))
+        label = np.array([self.manifest.shards[shard.index].label], dtype=np.int64)
+        if shard.data is not None:
+            return SampleExtents(np.zeros(1, np.int64), np.array([len(shard.data)]), label, data=memoryview(shard.data))
+        shard.access.opens += 1
+        fd = os.open(shard.path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        return SampleExtents(np.zeros(1, np.int64), np.array([size]), label, fd=fd, close=lambda: os.close(fd))
