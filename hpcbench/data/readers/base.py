@@ -48,6 +48,7 @@ import multiprocessing
 import os
 import random
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -106,33 +107,44 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
-class _BufferPool:
-    """Batch buffers for the reader's own process, reused once nothing holds them any more.
+class BufferPool:
+    """Read buffers for the reader's own process, reused once nothing holds them any more.
 
-    A fresh multi-MB tensor per batch costs its page faults (the kernel zeroes every page) on the
-    first write: about as much CPU again as reading the bytes into it from the page cache. A
-    buffer here is a numpy array that each batch tensor views (``torch.from_numpy``); the tensor's
-    storage, and every view of it, keeps a reference to the array, so an array that only the pool
-    references is free to fill again. In a DataLoader worker a batch travels as shared memory the
-    main process holds, so workers allocate fresh ones (:func:`_empty`).
+    A fresh multi-MB array per batch or block costs its page faults (the kernel zeroes every
+    page) on the first write: on a warm page cache about as much CPU again as reading the bytes
+    into it. A buffer here is a numpy array that what the reader hands out views (a batch tensor
+    through ``torch.from_numpy``, a block's pairs as slices); every view keeps a reference to the
+    array, so an array only the pool references is free to fill again. Thread-safe (a read-ahead
+    thread takes buffers too). A batch sent from a DataLoader worker travels as shared memory
+    that the main process holds, so workers allocate those fresh (:func:`_empty`).
     """
 
     def __init__(self, keep: int = 4):
         self.keep = keep
         self.arrays: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def array(self, nbytes: int) -> np.ndarray:
+        """A uint8 array of ``nbytes`` (contents undefined)."""
+        with self._lock:
+            for array in self.arrays:
+                # 3: the list, this loop's name and getrefcount's argument; anything handed out adds its own.
+                if sys.getrefcount(array) == 3 and array.nbytes >= nbytes:
+                    return array[:nbytes]
+            # Room for a larger batch than this one: sizes vary, and a buffer a few bytes short
+            # would be passed over every time.
+            array = np.empty(max(nbytes + nbytes // 2, 1), dtype=np.uint8)
+            if len(self.arrays) >= self.keep:
+                self.arrays.pop(0)
+            self.arrays.append(array)
+            return array[:nbytes]
 
     def tensor(self, nbytes: int) -> torch.Tensor:
-        for array in self.arrays:
-            # 3: the list, this loop's name and getrefcount's argument; a batch still alive adds its own.
-            if sys.getrefcount(array) == 3 and array.nbytes >= nbytes:
-                return torch.from_numpy(array[:nbytes])
-        # Room for a batch of larger samples than this one: sizes vary, and a buffer that is a
-        # few bytes short would be passed over every time.
-        array = np.empty(max(nbytes + nbytes // 2, 1), dtype=np.uint8)
-        if len(self.arrays) >= self.keep:
-            self.arrays.pop(0)
-        self.arrays.append(array)
-        return torch.from_numpy(array[:nbytes])
+        return torch.from_numpy(self.array(nbytes))
+
+    def __reduce__(self):
+        # A dataset travels to spawned DataLoader workers pickled: each starts with an empty pool.
+        return BufferPool, (self.keep,)
 
 
 def _pack(values: list[bytes]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -557,7 +569,7 @@ class ShardedImageDataset(ShardReader):
         np.cumsum([p[4] for p in batch], out=offsets[1:])
         total = int(offsets[-1])
         if get_worker_info() is None:
-            packed = self.__dict__.setdefault("_buffers", _BufferPool()).tensor(total)
+            packed = self.__dict__.setdefault("_buffers", BufferPool()).tensor(total)
         else:
             packed = _empty((total,), torch.uint8)
         view = memoryview(packed.numpy())

@@ -68,7 +68,7 @@ import torch
 from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, ShardError
 from hpcbench.data.manifest import load_manifest
 from hpcbench.data.plan import epoch_pieces
-from hpcbench.data.readers.base import REPAIRABLE, ShardReader
+from hpcbench.data.readers.base import REPAIRABLE, BufferPool, ShardReader
 from hpcbench.data.resilience import EventLog, ShardAccess, Verify, repair_or_raise
 
 #: The manifest format the generator writes.
@@ -551,7 +551,7 @@ class WeatherDataset(ShardReader):
     def _select(self, shard: _Shard, block: Block) -> tuple[np.ndarray, int, int]:
         """Steps ``block.start .. block.stop - 1 + lead``: one read (direct, or one HDF5 call).
 
-        Safe in a background thread (it touches no state of the dataset).
+        Safe in a background thread (of the dataset's state it touches only its thread-safe buffer pool).
 
         Returns:
             (the block over the covering channel range and latitude rows, bytes read from the
@@ -565,7 +565,10 @@ class WeatherDataset(ShardReader):
         y0, y1 = min(self.lat), max(self.lat) + 1
         where = shard.file.filename
         if shard.table is not None:
-            out = np.empty((t1 - t0, c1 - c0, *self.grid[1:]), dtype=np.float32)
+            # A reused buffer once the last block's pairs are let go (BufferPool: no page faults per block).
+            shape = (t1 - t0, c1 - c0, *self.grid[1:])
+            pool = self.__dict__.setdefault("_buffers", BufferPool())
+            out = pool.array(int(np.prod(shape)) * 4).view(np.float32).reshape(shape)
             try:
                 calls, nbytes = read_chunks(shard.fd, shard.table, slice(t0, t1), slice(c0, c1), out)
             except _NotDirect:
