@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.hpcbench-installed
 # Timestamped so that a second `make demo` never overwrites the first run's results.
 DEMO_RUN := results/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup test demo reproduce reproduce-regime bench bench-cluster gpu-check gpu-suite clean-venv help
+.PHONY: setup test test-census demo reproduce reproduce-regime bench bench-cluster gpu-check gpu-suite clean-venv help
 
 help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
@@ -15,6 +15,7 @@ help:
 	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~2.75 h on 2 cores)"
 	@echo "make reproduce-regime  (root) only the regime-matched entries (C2, C3, C7, C8): reports/reproduce-regime/ (~30 min)"
 	@echo "make test    run the whole test suite (set HPCBENCH_REQUIRE_INTEGRATION=1 to forbid skips)"
+	@echo "make test-census   make test, recording each test's wall and CPU time; prints them per file"
 	@echo "make bench   run the benchmarks (ratios measured side by side, not tests)"
 	@echo "make bench-cluster   the benchmarks on the emulated SLURM cluster (root)"
 	@echo "make gpu-check   every CUDA/NCCL path of one GPU, as a pass/fail table (no GPU: says so, exit 0)"
@@ -34,6 +35,11 @@ setup: $(STAMP)
 
 test: setup
 	$(PY) -m pytest -ra --durations=15 tests
+
+# The same run, with each test's wall and CPU time recorded (tests/conftest.py) and summed per file.
+test-census: setup
+	mkdir -p results; HPCBENCH_TEST_CENSUS=results/test-census.json $(PY) -m pytest -ra --durations=15 tests; \
+	  status=$$?; $(PY) tests/census_report.py results/test-census.json; exit $$status
 
 # --report writes the report when the run ends (also after a failed task, which it lists) and prints
 # its path; the exit status is the run's (1 when a task failed), or 2 when the report cannot be written.

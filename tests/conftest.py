@@ -3,13 +3,21 @@
 ``needs(...)`` skips a test whose optional system piece is absent, with the reason,
 except when ``HPCBENCH_REQUIRE_INTEGRATION=1`` (as CI sets it): then the absence
 is a failure, so CI can never go green by skipping.
+
+``HPCBENCH_TEST_CENSUS=FILE`` writes, per test, its wall time and the CPU time of pytest's
+process tree in it (this process and the children it reaped: kernels, torchrun, ranks; not
+the SLURM daemons' jobs): which tests wait and which compute, what a plan to run the suite in
+less wall time needs to know (``make test-census`` prints the table).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +26,30 @@ pytest_plugins = ["cluster_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_INTEGRATION = os.environ.get("HPCBENCH_REQUIRE_INTEGRATION") == "1"
+CENSUS = os.environ.get("HPCBENCH_TEST_CENSUS")
+_census: list[dict] = []
+
+
+def _cpu() -> tuple[float, float]:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CENSUS:
+        yield
+        return
+    (self0, kids0), t0 = _cpu(), time.monotonic()
+    yield
+    (self1, kids1), t1 = _cpu(), time.monotonic()
+    _census.append({"test": item.nodeid, "wall_s": t1 - t0, "cpu_self_s": self1 - self0,
+                    "cpu_children_s": kids1 - kids0})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if CENSUS and _census:
+        Path(CENSUS).write_text(json.dumps(_census, indent=0))
 
 
 def missing(reason: str) -> None:
