@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def test_truncated_shard_found_mid_read_is_repaired_without_repeats(staged):
     assert len(ds.repairs()) == 1 and "truncated" in ds.repairs()[0]["reason"]
 
 
-@pytest.mark.parametrize("fmt", ["hdf5", "tar"])
+@pytest.mark.parametrize("fmt", ["hdf5", "tar", "tfrecord"])
 def test_zero_copy_batches_repair_a_shard_truncated_after_it_was_opened(staged, image_sets, fmt):
     # The batch path holds the shard open between batches and reads each sample with preadv:
     # a shard cut short under it gives a short read, which repairs the shard and reads the
@@ -93,8 +94,34 @@ def test_zero_copy_batches_repair_a_shard_truncated_after_it_was_opened(staged, 
         for i, data in zip(batch["index"].tolist(), image_bytes(batch)):
             assert data == want[i], f"sample {i}: bytes differ after the repair"
     repairs = ds.repairs()
-    assert len(repairs) == 1 and "bytes at offset" in repairs[0]["reason"]
+    assert len(repairs) == 1 and ("bytes of sample" in repairs[0]["reason"] or "cut short" in repairs[0]["reason"])
     assert sha256_file(victim) == manifest.shards[0].sha256
+
+
+def test_zero_copy_tfrecord_batches_check_every_record_and_repair_a_bad_one(staged, image_sets):
+    # The index is built in the first epoch; a byte flipped inside a record's image afterwards
+    # fails that record's data CRC in the next epoch (nothing is trusted because it was read
+    # before), the shard is repaired, and the epoch still holds the source's bytes.
+    folder = staged("tfrecord")
+    manifest, _ = load_manifest(folder)
+    ds = open_dataset(folder, decode=False, verify="none", batch_in_worker=6, seed=2)
+    assert ds.zero_copy
+    first = sorted(i for b in ds for i in b["index"].tolist())
+    assert first == list(range(SPEC.count)) and not ds.repairs()
+    victim = folder / manifest.shards[1].path
+    before = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(victim, "r+b") as fh:
+        fh.write(bytes(data))
+    # Same inode, size and mtime: the index kept from epoch 0 still applies, so only the CRC
+    # check made on every read can find the flipped byte.
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+    ds.set_epoch(1)
+    want = {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
+    got = {i: data for batch in ds for i, data in zip(batch["index"].tolist(), image_bytes(batch))}
+    assert got == want
+    assert [r["shard"] for r in ds.repairs()] == [str(victim)]
 
 
 def test_zero_copy_batches_fall_back_to_hdf5_reads_for_a_filtered_shard(image_sets, tmp_path):

@@ -30,13 +30,15 @@ pickled, instead of ``N`` bytes objects (~N x 110 KB) copied through the worker'
 
 Zero-copy batches (``batch_in_worker`` with ``decode=False``, the storage path): a format that
 can say where each sample's bytes lie in its shard file (:meth:`ShardedImageDataset.sample_extents`:
-HDF5 shards with unfiltered contiguous chunks, tar shards, small files) is read without any
+HDF5 shards with unfiltered contiguous chunks, tar and TFRecord shards, small files) is read without any
 per-sample ``bytes``: the samples are planned and shuffled as positions, and each batch's samples
 are read with one ``os.preadv`` each straight from the file into the batch's shared tensor, the
 one copy a plain ``read`` also makes (from a sha256-checked shard in memory: one ``memcpy``). Same
 samples, order, batches, ``opens`` and labels as the per-sample path; a piece whose shard cannot
 say (an HDF5 shard written otherwise) is read through :meth:`~ShardedImageDataset.read_range`
-and copied once; TFRecord (whose records must be CRC-checked and parsed) keeps the per-sample path.
+and copied once. TFRecord's records must pass their CRC checks on every read: each is read whole
+into a scratch buffer that stays in the CPU's cache, checked, and its image copied into the batch
+(:mod:`hpcbench.data.readers.tfrecord`).
 A read that fails there repairs the shard and reads the sample again, as elsewhere; ``allow_skip``
 (which would drop samples from batches already planned) uses the per-sample path.
 """
@@ -269,7 +271,10 @@ class SampleExtents:
 
     Sample ``start + k`` is ``sizes[k]`` bytes at offset ``starts[k]`` of the shard: of the file
     behind ``fd`` (read with ``os.preadv``), or of ``data`` (the shard in memory after a sha256
-    check). ``close`` releases what the extents hold open, once their last sample was read.
+    check). A format whose samples sit inside checked records (TFRecord) gives ``read`` instead:
+    ``read(out, k)`` fills ``out`` with sample ``start + k`` and returns the bytes it put there,
+    raising :class:`CorruptRecordError` when a record fails its check. ``close`` releases what the
+    extents hold open, once their last sample was read.
     """
 
     starts: np.ndarray
@@ -278,6 +283,9 @@ class SampleExtents:
     fd: int | None = None
     data: memoryview | None = None
     close: Callable[[], None] | None = None
+    read: Callable[[memoryview, int], int] | None = None
+    extra: tuple[np.ndarray, ...] = ()
+    """The format's own per-sample arrays from its shard index, cut like the others (for its ``read``)."""
 
 
 def _version(fd: int) -> tuple[int, int, int]:
@@ -293,29 +301,34 @@ def _cut(index: tuple[np.ndarray, ...] | None, start: int, stop: int, where: str
         if index is None:
             return None
         raise CorruptRecordError(f"holds {len(index[0])} samples, the manifest says at least {stop}", path=where)
-    starts, sizes, labels = (a[start:stop] for a in index)
-    return SampleExtents(starts, sizes, labels, **source)
+    starts, sizes, labels, *extra = (a[start:stop] for a in index)
+    return SampleExtents(starts, sizes, labels, extra=tuple(extra), **source)
 
 
 class _Source:
     """A piece's opened shard while its samples wait in the shuffle buffer; closed after its last is read."""
 
-    __slots__ = ("fd", "data", "closer", "left", "piece")
+    __slots__ = ("piece", "left", "starts", "fd", "data", "closer", "read")
 
-    def __init__(self, piece: Piece, left: int, fd: int | None = None, data: memoryview | None = None,
-                 closer: Callable[[], None] | None = None):
+    def __init__(self, piece: Piece, left: int, ext: SampleExtents):
         self.piece, self.left = piece, left
-        self.fd, self.data, self.closer = fd, data, closer
+        self.closer = None
+        self.take(ext)
 
     def take(self, ext: SampleExtents) -> None:
-        """Read from ``ext`` from now on (a repaired shard), closing what was open."""
+        """Read from ``ext`` from now on (also a repaired shard's), closing what was open."""
         self.close()
-        self.fd, self.data, self.closer = ext.fd, ext.data, ext.close
+        self.starts = ext.starts.tolist()
+        self.fd, self.data, self.closer, self.read = ext.fd, ext.data, ext.close, ext.read
 
-    def read_into(self, out: memoryview, offset: int) -> int:
+    def read_into(self, out: memoryview, k: int) -> int:
+        """Sample ``k`` of the piece into ``out``; the bytes read (fewer: the shard changed)."""
+        if self.read is not None:
+            return self.read(out, k)
         if self.fd is not None:
-            return os.preadv(self.fd, (out,), offset)
-        out[:] = self.data[offset:offset + len(out)]
+            return os.preadv(self.fd, (out,), self.starts[k])
+        start = self.starts[k]
+        out[:] = self.data[start:start + len(out)]
         return len(out)
 
     def done_with_one(self) -> None:
@@ -324,7 +337,7 @@ class _Source:
             self.close()
 
     def close(self) -> None:
-        closer, self.closer, self.data = self.closer, None, None  # a shard in memory is let go too
+        closer, self.closer, self.data, self.read = self.closer, None, None, None  # a shard in memory is let go too
         if closer is not None:
             closer()
 
@@ -401,8 +414,9 @@ class ShardedImageDataset(ShardReader):
         """
         return None
 
-    def shard_index(self, fh: BinaryIO, shard: OpenedShard) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(offsets, sizes, labels) of every sample of the shard read from ``fh``, or None (no such layout)."""
+    def shard_index(self, fh: BinaryIO, shard: OpenedShard) -> tuple[np.ndarray, ...] | None:
+        """(offsets, sizes, labels, and any arrays of the format's own) of every sample of the shard,
+        read from ``fh``; None when the shard has no such layout."""
         raise NotImplementedError
 
     def open_indexed(self, shard: OpenedShard) -> tuple[tuple[np.ndarray, ...] | None, int, Callable[[], None]]:
@@ -512,7 +526,8 @@ class ShardedImageDataset(ShardReader):
                 source.close()
 
     def _positions(self, pieces: list[Piece], where: dict[str, int], sources: list[_Source]) -> Iterator[tuple]:
-        """Every sample of ``pieces`` in order as ``(index, label, source, offset, size, seconds, opens)``.
+        """Every sample of ``pieces`` in order as ``(index, label, source, k, size, seconds, opens)`` (``k``:
+        the sample's place in its source's piece).
 
         Tuples, not objects: per sample only a ``preadv`` and this bookkeeping cost Python time.
         ``seconds`` and ``opens`` are the piece's open and check, carried by its first sample. Each
@@ -525,16 +540,17 @@ class ShardedImageDataset(ShardReader):
             if ext is None:  # this shard cannot say where its samples lie: read them, one copy each
                 for pos, data, label, seconds in self._read_piece(piece, where):
                     opens, reported = self.access.opens - reported, self.access.opens
-                    yield (self._offsets[piece.shard] + pos, label, _Source(piece, 1, data=memoryview(data)),
-                           0, len(data), seconds, opens)
+                    copied = SampleExtents(np.zeros(1, np.int64), np.array([len(data)]), np.array([label]),
+                                           data=memoryview(data))
+                    yield self._offsets[piece.shard] + pos, label, _Source(piece, 1, copied), 0, len(data), seconds, opens
                 continue
             seconds, opens = time.perf_counter() - t0, self.access.opens - reported
-            source = _Source(piece, len(piece), ext.fd, ext.data, ext.close)
+            source = _Source(piece, len(piece), ext)
             sources.append(source)
             index = self._offsets[piece.shard] + piece.start
-            for offset, size, label in zip(ext.starts.tolist(), ext.sizes.tolist(), ext.labels.tolist()):
-                yield index, label, source, offset, size, seconds, opens
-                index, seconds, opens = index + 1, 0.0, 0
+            for k, (size, label) in enumerate(zip(ext.sizes.tolist(), ext.labels.tolist())):
+                yield index + k, label, source, k, size, seconds, opens
+                seconds, opens = 0.0, 0
 
     def _extents(self, piece: Piece, where: dict[str, int]) -> SampleExtents | None:
         """The piece's extents, after repairs as :meth:`_read_piece` makes them; ShardError when none helps."""
@@ -577,12 +593,16 @@ class ShardedImageDataset(ShardReader):
         read_s = [0.0] * n
         opens = [p[6] for p in batch]
         perf = time.perf_counter
-        for k, (_, _, source, offset, size, seconds, _) in enumerate(batch):
+        for k, (_, _, source, j, size, seconds, _) in enumerate(batch):
             out = view[ends[k]:ends[k] + size]
             t0 = perf()
-            got = source.read_into(out, offset)
-            if got != size:
-                opens[k] += self._read_again(batch[k], out, where, f"read {got} of {size} bytes at offset {offset}")
+            try:
+                got = source.read_into(out, j)
+                if got != size:
+                    raise CorruptRecordError(f"read {got} of {size} bytes of sample {j} of the piece",
+                                             path=str(self.access.path(source.piece.shard)))
+            except REPAIRABLE as exc:
+                opens[k] += self._read_again(batch[k], out, where, exc)
             read_s[k] = seconds + perf() - t0
             source.done_with_one()
         self.reads += n
@@ -591,31 +611,30 @@ class ShardedImageDataset(ShardReader):
                 "nbytes": torch.from_numpy(np.diff(offsets)), "read_s": torch.tensor(read_s, dtype=torch.float64),
                 "opens": torch.tensor(opens)}
 
-    def _read_again(self, position: tuple, out: memoryview, where: dict[str, int], why: str) -> int:
-        """A short read (the shard changed under the reader): repair it, read the sample from the copy.
+    def _read_again(self, position: tuple, out: memoryview, where: dict[str, int], exc: BaseException) -> int:
+        """A read that failed (the shard changed under the reader, a record failed its check): repair
+        the shard and read the sample from the repaired copy.
 
         Returns the opens this made (the sample carries them, as the per-sample path's retry does).
         """
-        index, _, source, _, size, _, _ = position
-        reported = self.access.opens
-        piece = source.piece
-        k = index - self._offsets[piece.shard] - piece.start
-        exc: BaseException = CorruptRecordError(why, path=str(self.access.path(piece.shard)))
+        _, _, source, k, size, _, _ = position
+        piece, reported = source.piece, self.access.opens
         for repairs in range(self.max_repairs + 1):
             self._repair(piece, exc, source.left, repairs, where)  # raises once the repairs are spent
             try:
                 ext = self._extents(piece, where)
+                if ext is None or int(ext.sizes[k]) != size:
+                    raise ShardError("the repaired shard no longer holds this sample as the manifest planned it",
+                                     path=str(self.access.path(piece.shard)), samples=source.left)
+                source.take(ext)  # the piece's other samples read from the repaired shard too
+                got = source.read_into(out, k)
+                if got == size:
+                    return self.access.opens - reported
+                exc = CorruptRecordError(f"read {got} of {size} bytes after a repair",
+                                         path=str(self.access.path(piece.shard)))
             except REPAIRABLE as again:
                 exc = again
-                continue
-            if ext is None or int(ext.sizes[k]) != size:
-                raise ShardError("the repaired shard no longer holds this sample as the manifest planned it",
-                                 path=str(self.access.path(piece.shard)), samples=source.left)
-            source.take(ext)  # the piece's other samples read from the repaired shard too
-            got = source.read_into(out, int(ext.starts[k]))
-            if got == size:
-                return self.access.opens - reported
-            exc = CorruptRecordError(f"read {got} of {size} bytes after a repair", path=str(self.access.path(piece.shard)))
+        raise AssertionError("unreachable: _repair raises once the repairs are spent")
 
     def _item(self, s: RawSample) -> dict[str, Any]:
         if self.decode:
