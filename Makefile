@@ -65,6 +65,7 @@ bench: setup
 	$(PY) -m hpcbench.experiments.io_formats.bench
 	$(PY) -m hpcbench.experiments.fault_tolerance.bench
 	$(PY) -m hpcbench.bench.hdf5_reads
+	$(PY) -m hpcbench.bench.shard_reads
 	$(PY) -m hpcbench.bench.sampler_overhead
 
 # Root, slurm-wlm and munge: these bring up the emulated cluster and take it down again.
