@@ -429,8 +429,8 @@ def _rel(p: float, m: float, where: Any) -> float:
     return (p - m) / m
 
 
-def within(errors: Iterable[float] | Mapping[Any, float], tolerance: float = 0.15) -> bool:
-    """Whether every relative error is within ``+-tolerance`` (the validation uses 15 %)."""
+def within(errors: Iterable[float] | Mapping[Any, float], tolerance: float = 0.10) -> bool:
+    """Whether every relative error is within ``+-tolerance`` (the scale model's validation uses 10 %)."""
     values = errors.values() if isinstance(errors, Mapping) else errors
     values = list(values)
     return bool(values) and all(abs(e) <= tolerance for e in values)

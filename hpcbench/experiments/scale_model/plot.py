@@ -22,7 +22,7 @@ def _rate_axis(steps: Any) -> tuple[list[str], dict[str, int]]:
 
 
 def draw_predicted_vs_measured(ax: Any, steps: Any) -> None:
-    """Per mode across link rates: measured median with its 95 % CI (points), predicted (line), the 15 % band.
+    """Per mode across link rates: measured median with its 95 % CI (points), predicted (line), the tolerance's band.
 
     Args:
         steps: the ``step`` rows of :func:`hpcbench.experiments.scale_model.summary.summarize` (or their
@@ -52,7 +52,7 @@ def draw_predicted_vs_measured(ax: Any, steps: Any) -> None:
 
 
 def draw_residuals(ax: Any, steps: Any) -> None:
-    """Bars of (predicted - measured) / measured per link rate and mode, with the +-15 % target."""
+    """Bars of (predicted - measured) / measured per link rate and mode, with the +-TOLERANCE target."""
     if not len(steps):
         ax.text(0.5, 0.5, "no measurements", ha="center", va="center")
         return

@@ -25,7 +25,7 @@ def _residual_table(steps: pd.DataFrame) -> Table:
                 high=("measured_ci_high_ms", "median"), predicted=("predicted_ms", "median"),
                 compute=("compute_ms", "median"), hook=("hook_cpu_ms", "median"), comm=("predicted_comm_ms", "median"),
                 hidden=("hidden_share", "median"),
-                residual=("residual", "median"), within=("within_15", lambda v: int(sum(bool(x) for x in v))))
+                residual=("residual", "median"), within=("within_tolerance", lambda v: int(sum(bool(x) for x in v))))
            .reset_index())
     rows, classes = [], []
     for r in med.to_dict("records"):
@@ -131,4 +131,5 @@ def _figure(steps: pd.DataFrame) -> Figure:
     return Figure(title="predicted vs measured step time per mode across link rates, and the residuals",
                   data=image_of(fig),
                   alt="per mode, measured median step time with its interval and the predicted line across link "
-                      "rates; bars of the relative residual per rate and mode with the 15 % bounds")
+                      "rates; bars of the relative residual per rate and mode with the "
+                      f"{pct(TOLERANCE)} bounds")

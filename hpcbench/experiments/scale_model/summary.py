@@ -18,7 +18,7 @@ Per phase (link rate), from that phase's records only:
    without it fall back on the 2-bit coding timed alone, ``codec_ms``). Records without overlap
    windows are predicted with no overlap (an upper bound). The mode's own step times are never an
    input;
-4. the residual ``(predicted - measured median) / measured`` against a 15 % tolerance;
+4. the residual ``(predicted - measured median) / measured`` against a 10 % tolerance (:data:`TOLERANCE`);
 5. C1's quantity: the inter-node link efficiency (the ``inter_node`` all-reduce fit's per-node
    bandwidth over the shaped rate) and the busy share it gives at the guide's platform
    (:func:`hpcbench.experiments.scale_model.rules.c1_prediction`).
@@ -40,13 +40,14 @@ from hpcbench.experiments.scale_model.config import RUN_MODES, UNSHAPED, ScaleMo
 from hpcbench.experiments.scale_model.rules import C1_MIN_R2, c1_prediction, pct
 
 EXPERIMENT = "scale_model"
-#: The tolerance: every (link rate, mode) predicted within 15 % of the measured median.
-TOLERANCE = 0.15
+#: The tolerance: every (link rate, mode) predicted within 10 % of the measured median (issue 20's bar,
+#: once DDP's overlap and the Python hooks' own work were modelled; it was 15 % before).
+TOLERANCE = 0.10
 #: Bytes per gradient element of the models trained here (float32).
 GRAD_BYTES = 4
 STEP_COLUMNS = ["row", "phase", "link_rate", "rate_bps", "mode", "steps", "measured_p50_ms", "measured_ci_low_ms",
                 "measured_ci_high_ms", "compute_ms", "codec_ms", "hook_cpu_ms", "first_window_ms", "hidden_share",
-                "predicted_ms", "predicted_comm_ms", "residual", "within_15", "samples", "ok", "problem"]
+                "predicted_ms", "predicted_comm_ms", "residual", "within_tolerance", "samples", "ok", "problem"]
 FIT_COLUMNS = ["op", "group", "group_ranks", "alpha_s", "alpha_err_s", "beta_s_per_byte", "beta_err", "bandwidth_Bps",
                "r2", "sizes", "efficiency"]
 #: ``link_efficiency`` (only where the fit holds) is what the guide-scale predictions read as a measured input
@@ -177,7 +178,7 @@ def _step_row(rows: Any, mode: str, base: dict[str, Any], platform: Any, layout:
            "codec_ms": codec * 1e3, "hook_cpu_ms": hook * 1e3,
            "first_window_ms": windows[0] * 1e3 if windows else math.nan, "hidden_share": math.nan,
            "predicted_ms": math.nan, "predicted_comm_ms": math.nan, "residual": math.nan,
-           "within_15": None, "samples": tuple(step)}
+           "within_tolerance": None, "samples": tuple(step)}
     buckets = mine[(mine["metric"] == "bucket_bytes") & mine["value"].notna()].sort_values("step")["value"]
     elems = [int(b) // GRAD_BYTES for b in buckets]
     note = ""
@@ -206,7 +207,8 @@ def _step_row(rows: Any, mode: str, base: dict[str, Any], platform: Any, layout:
                 note = (f"{base['link_rate']} {mode}: negative predicted communication: a fit it uses has a negative "
                         f"alpha or beta (sizes below the link's burst, or too noisy to fit)")
             row.update(predicted_ms=pred.step_s * 1e3, predicted_comm_ms=pred.exposed_comm_s * 1e3,
-                       hidden_share=pred.hidden_share, residual=residual, within_15=bool(abs(residual) <= TOLERANCE))
+                       hidden_share=pred.hidden_share, residual=residual,
+                       within_tolerance=bool(abs(residual) <= TOLERANCE))
     return {**row, "ok": not problems, "problem": "; ".join(problems + ([note] if note else []))}
 
 
@@ -258,7 +260,7 @@ def residual_table(summary: Any) -> Any:
     """The step rows: link rate, mode, measured median and its CI, predicted, compute, predicted comm, residual."""
     cols = ["link_rate", "mode", "steps", "measured_p50_ms", "measured_ci_low_ms", "measured_ci_high_ms",
             "predicted_ms", "compute_ms", "hook_cpu_ms", "codec_ms", "predicted_comm_ms", "hidden_share", "residual",
-            "within_15"]
+            "within_tolerance"]
     return summary[summary["row"] == "step"][cols].reset_index(drop=True)
 
 
@@ -279,7 +281,8 @@ def findings(summary: Any) -> list[str]:
             lines.append(f"{r.link_rate} {r.mode}: predicted {r.predicted_ms:.1f} ms (compute {r.compute_ms:.1f}"
                          f"{codec} + exposed communication {r.predicted_comm_ms:.1f}{hidden}) vs measured "
                          f"{r.measured_p50_ms:.1f} ms: "
-                         f"{pct(r.residual, signed=True)} ({'within' if r.within_15 else 'outside'} {pct(TOLERANCE)})")
+                         f"{pct(r.residual, signed=True)} "
+                         f"({'within' if r.within_tolerance else 'outside'} {pct(TOLERANCE)})")
         else:
             lines.append(f"{r.link_rate} {r.mode}: measured {r.measured_p50_ms:.1f} ms, no prediction: {r.problem}")
     for r in summary[summary["row"] == "c1"].itertuples(index=False):

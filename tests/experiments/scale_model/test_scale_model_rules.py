@@ -13,7 +13,7 @@ from hpcbench.cluster.network import parse_rate
 from hpcbench.core.errors import ConfigError
 from hpcbench.experiments import EXPERIMENTS
 from hpcbench.experiments.scale_model.config import RUN_MODES, UNSHAPED, ScaleModelConfig
-from hpcbench.experiments.scale_model.rules import (C1_REFERENCE, c1_prediction, naive_estimate, sensitivity_at,
+from hpcbench.experiments.scale_model.rules import (C1_REFERENCE, c1_prediction, naive_estimate, pct, sensitivity_at,
                                                     sensitivity_findings)
 from hpcbench.experiments.scale_model.summary import (COLUMNS, TOLERANCE, findings, fit_table, median_ci,
                                                       residual_table, summarize, verify_records)
@@ -98,7 +98,7 @@ def test_summary_fits_predicts_and_scores_each_rate_and_mode(tmp_path):
         ddp = table.loc[(rate, "ddp")]
         # the prediction is the no-op median + the world fit's price of DDP's measured buckets
         assert ddp["predicted_ms"] == pytest.approx(1e3 * ddp_expected(rate, 0.9), rel=0.02)
-        assert ddp["residual"] == pytest.approx(1 / 1.05 - 1, abs=0.01) and ddp["within_15"]
+        assert ddp["residual"] == pytest.approx(1 / 1.05 - 1, abs=0.01) and ddp["within_tolerance"]
         assert ddp["measured_ci_low_ms"] <= ddp["measured_p50_ms"] <= ddp["measured_ci_high_ms"]
         hier = table.loc[(rate, "hierarchical")]
         assert hier["compute_ms"] < hier["predicted_ms"] and hier["predicted_comm_ms"] > 0
@@ -109,7 +109,7 @@ def test_summary_fits_predicts_and_scores_each_rate_and_mode(tmp_path):
     assert c1["c1_busy_share"].iloc[0] == pytest.approx(c1_prediction(0.9).busy_share, rel=1e-6)
     assert c1["c1_busy_share_8nics"].iloc[0] == pytest.approx(c1_prediction(0.9, nics=8).busy_share, rel=1e-6)
     assert verify_records(records, ScaleModelConfig.from_dict(PARAMS)).ok
-    assert any("within 15 %" in line for line in findings(s))
+    assert any(f"within {pct(TOLERANCE)}" in line for line in findings(s))
 
 
 def test_measured_overlap_windows_and_hook_work_enter_the_prediction(tmp_path):
@@ -142,7 +142,7 @@ def test_a_residual_beyond_15_percent_is_flagged(tmp_path):
     records = launch(tmp_path, "scale_model", scale_rows(residual=0.4), params=PARAMS)
     table = residual_table(summarize(records))
     ddp = table[table["mode"] == "ddp"]
-    assert (ddp["residual"] < -TOLERANCE).all() and not ddp["within_15"].any()
+    assert (ddp["residual"] < -TOLERANCE).all() and not ddp["within_tolerance"].any()
 
 
 def test_failed_checks_and_poor_fits_are_named(tmp_path):
