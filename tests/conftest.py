@@ -26,7 +26,8 @@ pytest_plugins = ["cluster_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_INTEGRATION = os.environ.get("HPCBENCH_REQUIRE_INTEGRATION") == "1"
-CENSUS = os.environ.get("HPCBENCH_TEST_CENSUS")
+# Popped: pytest sessions that tests start themselves (tests/test_new_experiment.py) must not write it.
+CENSUS = os.environ.pop("HPCBENCH_TEST_CENSUS", None)
 _census: list[dict] = []
 
 
@@ -49,6 +50,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_sessionfinish(session, exitstatus):
     if CENSUS and _census:
+        Path(CENSUS).parent.mkdir(parents=True, exist_ok=True)
         Path(CENSUS).write_text(json.dumps(_census, indent=0))
 
 
