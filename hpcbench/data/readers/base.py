@@ -151,8 +151,6 @@ class BufferPool:
 
 def _pack(values: list[bytes]) -> tuple[torch.Tensor, torch.Tensor]:
     """Byte strings -> (one uint8 tensor holding them end to end, int64 offsets of len + 1)."""
-    import numpy as np
-
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum([len(v) for v in values], out=offsets[1:])
     packed = _empty((int(offsets[-1]),), torch.uint8)
@@ -293,7 +291,8 @@ def _version(fd: int) -> tuple[int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def _cut(index: tuple[np.ndarray, ...] | None, start: int, stop: int, where: str, **source: Any) -> SampleExtents | None:
+def _cut(index: tuple[np.ndarray, ...] | None, start: int, stop: int, where: str,
+         **source: Any) -> SampleExtents | None:
     """Samples ``start .. stop-1`` of a shard's index as extents; None (closing the source) without an index."""
     if index is None or len(index[0]) < stop:
         if source.get("close") is not None:
@@ -542,7 +541,8 @@ class ShardedImageDataset(ShardReader):
                     opens, reported = self.access.opens - reported, self.access.opens
                     copied = SampleExtents(np.zeros(1, np.int64), np.array([len(data)]), np.array([label]),
                                            data=memoryview(data))
-                    yield self._offsets[piece.shard] + pos, label, _Source(piece, 1, copied), 0, len(data), seconds, opens
+                    yield (self._offsets[piece.shard] + pos, label, _Source(piece, 1, copied), 0, len(data),
+                           seconds, opens)
                 continue
             seconds, opens = time.perf_counter() - t0, self.access.opens - reported
             source = _Source(piece, len(piece), ext)
