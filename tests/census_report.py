@@ -3,7 +3,9 @@
 Run: ``python tests/census_report.py results/test-census.json [--top 25]``
 
 ``cpu / wall`` near 1 means a file keeps one core busy; near 2, both (this machine's 2 cores); well
-below 1, it mostly waits (SLURM jobs, timed phases, rendezvous), time another file could use.
+below 1, it waits (timed phases, rendezvous) or its work runs outside pytest's process tree: a
+SLURM job's processes are slurmd's children, so the emulated cluster's tests show their wall time
+here but not the CPU their ranks spent.
 """
 
 from __future__ import annotations

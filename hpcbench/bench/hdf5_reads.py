@@ -44,7 +44,7 @@ from hpcbench.core.config import parse_bytes
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.generators.weather import WeatherSpec, make_weather
 from hpcbench.data.manifest import load_manifest, shard_paths
-from hpcbench.data.page_cache import evict
+from hpcbench.data.page_cache import prepare_cache, sequential_read
 from hpcbench.data.readers.hdf5 import HDF5Dataset
 from hpcbench.data.readers.weather import BLOCK_SIZE, READAHEAD, WeatherDataset
 from hpcbench.data.scratch import disk_scratch
@@ -72,30 +72,59 @@ class Subject:
     """A block-read path (the target applies to it)."""
 
 
-def sequential_read(paths: list[Path], chunk: int = 8 << 20) -> int:
-    """Read ``paths`` in order, one stream of ``chunk``-sized ``readinto`` calls; returns the bytes read."""
-    buf = bytearray(chunk)
-    total = 0
-    for p in paths:
-        with open(p, "rb", buffering=0) as fh:
-            while n := fh.readinto(buf):
-                total += n
-    return total
-
-
-def prepare_cache(paths: list[Path], cache: str) -> str:
-    """Put ``paths`` in the page-cache state ``cache``; returns what was done (eviction's note)."""
-    if cache == "cold":
-        return evict(paths).describe()
-    sequential_read(paths)
-    return "warm"
-
-
 def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
     """(wall seconds, CPU seconds of this process, result) of ``fn()``."""
     c0, t0 = time.process_time(), time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def add_round_arguments(ap: argparse.ArgumentParser, cache: str) -> None:
+    """The options every reader-against-sequential-read benchmark takes: ``--cache`` (default ``cache``),
+    ``--rounds``, ``--root`` and ``--json``."""
+    ap.add_argument("--cache", default=cache, help=f"page-cache states, subset of {list(CACHES)}")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
+    ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
+                                                 "./results, removed afterwards); kept and reused when given")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+
+
+def cache_states(text: str) -> list[str]:
+    """``--cache``'s comma-separated states, checked against :data:`CACHES`."""
+    caches = [c.strip() for c in text.split(",") if c.strip()]
+    if unknown := set(caches) - set(CACHES):
+        raise SystemExit(f"--cache: unknown {sorted(unknown)}; allowed: {list(CACHES)}")
+    return caches
+
+
+def paired_rounds(files: list[list[Path]], reader: Callable[[int, int], tuple[float, float]], rounds: int,
+                  cache: str, notes: set[str] | None = None) -> list[dict[str, list[float]]]:
+    """Each subject's reader and a plain sequential read of the same files, round after round.
+
+    Subject ``k``'s files are ``files[k]``; ``reader(k, round)`` runs one epoch and returns (wall s,
+    CPU s). Before each side the files are put in the page-cache state ``cache``. Rounds alternate
+    the subjects' order and which side goes first, so drift on a shared machine and one side's
+    pages favour neither. Returns per subject the lists ``reader``, ``reader_cpu``, ``seq``,
+    ``seq_cpu`` and ``share`` (sequential time / reader time, per round); ``notes`` collects what
+    was done to the cache.
+    """
+    times = [{"reader": [], "reader_cpu": [], "seq": [], "seq_cpu": [], "share": []} for _ in files]
+    for rnd in range(rounds):
+        order = range(len(files)) if rnd % 2 == 0 else reversed(range(len(files)))
+        for k in order:
+            pair: dict[str, float] = {}
+            for side in (("reader", "seq") if rnd % 2 == 0 else ("seq", "reader")):
+                note = prepare_cache(files[k], cache)
+                if notes is not None:
+                    notes.add(note.split(":")[0])
+                if side == "seq":
+                    pair["seq"], pair["seq_cpu"], _ = timed(lambda: sequential_read(files[k]))
+                else:
+                    pair["reader"], pair["reader_cpu"] = reader(k, rnd)
+            for key, value in pair.items():
+                times[k][key].append(value)
+            times[k]["share"].append(pair["seq"] / pair["reader"])
+    return times
 
 
 def reader_epoch(subject: Subject, epoch: int) -> tuple[float, float, int]:
@@ -171,15 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-sizes", default=f"8,{BLOCK_SIZE},32", help="weather pairs per read, compared")
     ap.add_argument("--images", type=int, default=2000, help="JPEGs of ~110 KB in the image HDF5 shards")
     ap.add_argument("--shard-size", default="32M")
-    ap.add_argument("--cache", default=",".join(CACHES), help=f"page-cache states, subset of {list(CACHES)}")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
-    ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
-                                                 "./results, removed afterwards); kept and reused when given")
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    add_round_arguments(ap, cache=",".join(CACHES))
     args = ap.parse_args(argv)
-    caches = [c.strip() for c in args.cache.split(",") if c.strip()]
-    if unknown := set(caches) - set(CACHES):
-        raise SystemExit(f"--cache: unknown {sorted(unknown)}; allowed: {list(CACHES)}")
+    caches = cache_states(args.cache)
 
     with disk_scratch(args.root, "bench-hdf5-reads-") as root:
         weather, hdf5 = prepare(root, args)
@@ -187,24 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[dict] = []
         notes: set[str] = set()
         for cache in caches:
-            times: dict[int, dict[str, list[float]]] = {
-                k: {"reader": [], "seq": [], "share": [], "reader_cpu": [], "seq_cpu": []} for k in range(len(runs))}
             reads: dict[int, int] = {}
-            for rnd in range(args.rounds):
-                order = list(range(len(runs))) if rnd % 2 == 0 else list(range(len(runs)))[::-1]
-                for k in order:
-                    s = runs[k]
-                    pair: dict[str, float] = {}
-                    # Alternate which goes first, so neither always follows the other's pages.
-                    for side in (("reader", "seq") if rnd % 2 == 0 else ("seq", "reader")):
-                        notes.add(prepare_cache(s.files, cache).split(":")[0])
-                        if side == "seq":
-                            pair["seq"], pair["seq_cpu"], _ = timed(lambda: sequential_read(s.files))
-                        else:
-                            pair["reader"], pair["reader_cpu"], reads[k] = reader_epoch(s, epoch=rnd)
-                    for key, value in pair.items():
-                        times[k][key].append(value)
-                    times[k]["share"].append(pair["seq"] / pair["reader"])
+
+            def reader(k: int, rnd: int) -> tuple[float, float]:
+                wall, cpu, reads[k] = reader_epoch(runs[k], epoch=rnd)
+                return wall, cpu
+
+            times = paired_rounds([s.files for s in runs], reader, args.rounds, cache, notes)
             for k, s in enumerate(runs):
                 nbytes = sum(p.stat().st_size for p in s.files)
                 t = times[k]

@@ -18,7 +18,7 @@ and the widely used reader of each format on the same files, in file order as th
 * tar: WebDataset (``WebDataset(urls).to_tuple("jpg", "cls")``);
 
 and, in the same round and page-cache state, a plain sequential read of the very same files
-(8 MiB ``readinto`` calls, one stream: :func:`hpcbench.bench.hdf5_reads.sequential_read`). The
+(8 MiB ``readinto`` calls, one stream: :func:`hpcbench.data.page_cache.sequential_read`). The
 dataset object lives across rounds, as in training (its shard indexes and read buffers are kept;
 the first, untimed epoch builds them). ``warm`` reads the files once untimed before each timed
 read; ``cold`` evicts them (checked with mincore). Share: the median over rounds of sequential
@@ -35,7 +35,7 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
-from hpcbench.bench.hdf5_reads import prepare_cache, sequential_read, timed
+from hpcbench.bench.hdf5_reads import add_round_arguments, cache_states, paired_rounds, timed
 from hpcbench.core.config import parse_bytes
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
@@ -44,7 +44,6 @@ from hpcbench.data.scratch import disk_scratch
 from hpcbench.data.writers import convert
 
 FORMATS = ("hdf5", "tfrecord", "tar")
-CACHES = ("warm", "cold")
 SHARE_TARGET = 0.70
 #: A run of seconds for tests/test_bench.py: every path at toy size; its figures mean nothing.
 TOY_ARGS = ["--images", "24", "--shard-size", "200K", "--rounds", "1", "--batch", "8"]
@@ -139,15 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=int, default=2000, help="JPEGs of ~110 KB")
     ap.add_argument("--shard-size", default="32M")
     ap.add_argument("--batch", type=int, default=128, help="samples per batch of the zero-copy path")
-    ap.add_argument("--cache", default="warm", help=f"page-cache states, subset of {list(CACHES)}")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
-    ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
-                                                 "./results, removed afterwards); kept and reused when given")
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    add_round_arguments(ap, cache="warm")
     args = ap.parse_args(argv)
-    caches = [c.strip() for c in args.cache.split(",") if c.strip()]
-    if unknown := set(caches) - set(CACHES):
-        raise SystemExit(f"--cache: unknown {sorted(unknown)}; allowed: {list(CACHES)}")
+    caches = cache_states(args.cache)
 
     with disk_scratch(args.root, "bench-shard-reads-") as root:
         folders = prepare(root, args.images, args.shard_size)
@@ -164,21 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             subjects.append((fmt, name, files, lambda number, run=run: _reference_epoch(run, args.images), False))
         rows = []
         for cache in caches:
-            t = {k: {"reader": [], "reader_cpu": [], "seq": [], "share": []} for k in range(len(subjects))}
-            for rnd in range(args.rounds):
-                order = range(len(subjects)) if rnd % 2 == 0 else reversed(range(len(subjects)))
-                for k in order:
-                    fmt, path, files, one_epoch, _ = subjects[k]
-                    pair = {}
-                    for side in (("reader", "seq") if rnd % 2 == 0 else ("seq", "reader")):
-                        prepare_cache(files, cache)
-                        if side == "seq":
-                            pair["seq"], _, _ = timed(lambda: sequential_read(files))
-                        else:
-                            pair["reader"], pair["reader_cpu"] = one_epoch(rnd + 1)
-                    for key, value in pair.items():
-                        t[k][key].append(value)
-                    t[k]["share"].append(pair["seq"] / pair["reader"])
+            t = paired_rounds([files for _, _, files, _, _ in subjects],
+                              lambda k, rnd: subjects[k][3](rnd + 1), args.rounds, cache)
             for k, (fmt, path, files, _, ours) in enumerate(subjects):
                 nbytes = sum(p.stat().st_size for p in files)
                 rows.append({"cache": cache, "format": fmt, "path": path, "ours": ours, "bytes": nbytes,

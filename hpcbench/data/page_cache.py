@@ -1,4 +1,6 @@
 """A cold page cache for every measured epoch: evict a data set's files, then check it worked.
+Also the plain sequential read that benchmarks compare readers with, which warms a cache too
+(:func:`sequential_read`, :func:`prepare_cache`).
 
 Eviction: ``fsync`` (dirty pages cannot be dropped) then ``posix_fadvise(POSIX_FADV_DONTNEED)``
 per file: no root needed, only this data set's pages go (``echo 1 > drop_caches`` would
@@ -96,3 +98,27 @@ def evict(paths: Iterable[str | os.PathLike]) -> Eviction:
             os.close(fd)
     after, pages = residency(paths)
     return Eviction(len(paths), pages, before, after, "posix_fadvise(DONTNEED)")
+
+
+def sequential_read(paths: Iterable[str | os.PathLike], chunk: int = 8 << 20) -> int:
+    """Read ``paths`` in order, one stream of ``chunk``-sized ``readinto`` calls; returns the bytes read.
+
+    The limit a reader of the same files is measured against: one copy out of the page cache (or
+    the disk) into one reused buffer, nothing done per byte.
+    """
+    buf = bytearray(chunk)
+    total = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                total += n
+    return total
+
+
+def prepare_cache(paths: list[Path], cache: str) -> str:
+    """Put ``paths`` in the page-cache state ``cache`` (``cold``: evicted; ``warm``: read once);
+    returns what was done (the eviction's note, or ``warm``)."""
+    if cache == "cold":
+        return evict(paths).describe()
+    sequential_read(paths)
+    return "warm"

@@ -286,7 +286,9 @@ class SampleExtents:
     """The format's own per-sample arrays from its shard index, cut like the others (for its ``read``)."""
 
 
-def _version(fd: int) -> tuple[int, int, int]:
+def file_version(fd: int) -> tuple[int, int, int]:
+    """(size, mtime, inode) of an open file: what a kept index of it is valid for (a repair renames a
+    new file into place, a rewrite changes size or mtime)."""
     st = os.fstat(fd)
     return st.st_size, st.st_mtime_ns, st.st_ino
 
@@ -454,13 +456,13 @@ class ShardedImageDataset(ShardReader):
             if hit is not None:
                 fd = os.open(shard.path, os.O_RDONLY)
                 closer = partial(os.close, fd)
-                if hit[0] != _version(fd):  # the file changed (repaired, replaced): read its index again
+                if hit[0] != file_version(fd):  # the file changed (repaired, replaced): read its index again
                     closer()
                     shard.access.opens += 1
                     hit = None
             if hit is None:
                 index, fd, closer = self.open_indexed(shard)
-                hit = cache[shard.index] = (_version(fd), index)
+                hit = cache[shard.index] = (file_version(fd), index)
             return _cut(hit[1], start, stop, where, fd=fd, close=closer)
         except BaseException:
             if closer is not None:

@@ -65,30 +65,25 @@ class TFRecordDataset(ShardedImageDataset):
         if ext is None:
             return None
         where, lengths, inside = str(shard.path), ext.extra[0].tolist(), ext.extra[1].tolist()
-        starts = ext.starts.tolist()
-        if ext.data is not None:
-            data = ext.data
+        starts, data, fd = ext.starts.tolist(), ext.data, ext.fd
+        # From the file, one record at a time into a scratch buffer that stays in the CPU's cache
+        # for the copy out of it; from a shard in memory, the record is a view of it.
+        scratch = None if fd is None else memoryview(bytearray(HEADER_BYTES + max(lengths, default=0)
+                                                                + FOOTER_BYTES))
 
-            def read(out: memoryview, k: int) -> int:
-                record = data[starts[k]:starts[k] + HEADER_BYTES + lengths[k] + FOOTER_BYTES]
-                check_record(record, lengths[k], where=where)
-                at = HEADER_BYTES + inside[k]
-                out[:] = record[at:at + len(out)]
-                return len(out)
-        else:
-            fd = ext.fd
-            # One record at a time: the scratch buffer stays in the CPU's cache for the copy out of it.
-            scratch = memoryview(bytearray(HEADER_BYTES + max(lengths, default=0) + FOOTER_BYTES))
-
-            def read(out: memoryview, k: int) -> int:
-                total = HEADER_BYTES + lengths[k] + FOOTER_BYTES
-                got = os.preadv(fd, (scratch[:total],), starts[k])
+        def read(out: memoryview, k: int) -> int:
+            total = HEADER_BYTES + lengths[k] + FOOTER_BYTES
+            if fd is None:
+                record = data[starts[k]:starts[k] + total]
+            else:
+                record = scratch[:total]
+                got = os.preadv(fd, (record,), starts[k])
                 if got != total:
                     raise CorruptRecordError(f"record {k} of the piece is cut short ({got} of {total} bytes)",
                                              path=where)
-                check_record(scratch[:total], lengths[k], where=where)
-                at = HEADER_BYTES + inside[k]
-                out[:] = scratch[at:at + len(out)]
-                return len(out)
+            check_record(record, lengths[k], where=where)
+            at = HEADER_BYTES + inside[k]
+            out[:] = record[at:at + len(out)]
+            return len(out)
         ext.read = read
         return ext

@@ -68,7 +68,7 @@ import torch
 from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, ShardError
 from hpcbench.data.manifest import load_manifest
 from hpcbench.data.plan import epoch_pieces
-from hpcbench.data.readers.base import REPAIRABLE, BufferPool, ShardReader
+from hpcbench.data.readers.base import REPAIRABLE, BufferPool, ShardReader, file_version
 from hpcbench.data.resilience import EventLog, ShardAccess, Verify, repair_or_raise
 
 #: The manifest format the generator writes.
@@ -302,8 +302,7 @@ class _OpenShards:
         return self.files[i]
 
     def _table(self, i: int, fields, fd: int) -> np.ndarray | None:
-        st = os.fstat(fd)
-        version = (st.st_size, st.st_mtime_ns, st.st_ino)
+        version = file_version(fd)
         kept = self.tables.get(i)
         if kept is None or kept[0] != version:
             kept = self.tables[i] = (version, chunk_table(fields))

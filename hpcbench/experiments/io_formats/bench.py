@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader
 from hpcbench.core.config import parse_bytes
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
-from hpcbench.data.page_cache import evict
+from hpcbench.data.page_cache import evict, prepare_cache, sequential_read
 from hpcbench.data.readers import loader_options, open_dataset
 from hpcbench.data.scratch import disk_scratch
 from hpcbench.data.writers import convert
@@ -79,27 +79,13 @@ def prepare(root: Path, images: int, classes: int, shard_bytes: int) -> dict[str
     return folders
 
 
-def sequential_read(paths: list[Path], chunk: int = 8 << 20, cache: str = "cold") -> tuple[float, int, str]:
-    """Single-stream read of ``paths`` in order, cold (evicted first) or warm (read once untimed first):
-    (seconds, bytes, what was done to the page cache)."""
-    if cache == "warm":
-        _read_all(paths, bytearray(chunk))
-        note = "warm: read once untimed first"
-    else:
-        note = evict(paths).describe()
-    buf = bytearray(chunk)
+def timed_sequential_read(paths: list[Path], cache: str = "cold") -> tuple[float, int, str]:
+    """A plain sequential read of ``paths`` (:func:`hpcbench.data.page_cache.sequential_read`) after putting
+    them in the page-cache state ``cache``: (seconds, bytes, what was done to the cache)."""
+    note = prepare_cache(paths, cache)
     t0 = time.perf_counter()
-    total = _read_all(paths, buf)
+    total = sequential_read(paths)
     return time.perf_counter() - t0, total, note
-
-
-def _read_all(paths: list[Path], buf: bytearray) -> int:
-    total = 0
-    for p in paths:
-        with open(p, "rb", buffering=0) as fh:
-            while n := fh.readinto(buf):
-                total += n
-    return total
 
 
 def small_file_reads(paths: list[Path]) -> tuple[float, int, str]:
@@ -162,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                     ds, loader = loaders[key]
                     files = shard_paths(ds.manifest, ds.folder)
                     if args.cache == "warm":
-                        _read_all(files, bytearray(8 << 20))
+                        prepare_cache(files, "warm")
                     r = measure_epoch(ds, epoch=rnd + 1, workers=args.workers, prefetch_factor=2,
                                       batch_size=args.batch_size, compute_s=0.0, device_prefetch=False,
                                       evict_paths=files if args.cache == "cold" else None, loader=loader)
@@ -199,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 for fmt in FORMATS:
                     ds = open_dataset(folders[fmt], seed=0, batch_in_worker=args.batch_size if p == "batched" else None,
                                       **MODES["storage"])
-                    if args.cache == "cold":
-                        evict(ds.shard_paths)
-                    else:
-                        _read_all(ds.shard_paths, bytearray(8 << 20))
+                    prepare_cache(ds.shard_paths, args.cache)
                     t0 = time.perf_counter()
                     n = sum(len(item["index"]) if p == "batched" else 1 for item in ds)
                     alone[p][fmt] = n / (time.perf_counter() - t0)
@@ -222,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             storage = results["storage"][path]
             best = max(FORMATS[1:], key=lambda f: storage[f]["samples_per_s"])
             speedup = storage[best]["samples_per_s"] / storage["files"]["samples_per_s"]
-            seconds, nbytes, note = sequential_read(shard_paths(*load_manifest(folders[best])), cache=args.cache)
+            seconds, nbytes, note = timed_sequential_read(shard_paths(*load_manifest(folders[best])), args.cache)
             disk = nbytes / seconds / 1e6
             share = storage[best]["MB_per_s"] / disk
             print(f"\nplain sequential read of the {best} shards: {disk:.1f} MB/s ({note})")
