@@ -36,9 +36,10 @@ on the share of the step spent communicating: C8 is "one of the case's communica
 optimisations", so its effect is judged in the case's regime, where the case's original (the
 float32 ``none`` series here) was 61 % busy (``config.GUIDE_REGIME``, the same as C7's). Per model and
 mode, ``none``'s busy share is its no-op twin's median step over its own (``noop_step_p50_ms`` /
-``step_p50_ms`` of the launch's summary), the median over the group's launches; level 2 is judged
-only where that lies within +-5 points of 61 %, else it is "inconclusive: regime X vs the guide's
-Y" — never "not reproduced" (on CPU ranks at a fast link ``none`` is ~85 % busy: the codec's cost
+``step_p50_ms`` of the launch's summary) in that launch. Each launch is keyed by where each pair
+stood (within +-5 points of 61 % or not), as C7 keys its launches, so launches that reached the
+regime are judged among themselves, at their own count, and those that missed it give
+"inconclusive: regime X vs the guide's Y" — never "not reproduced" (on CPU ranks at a fast link ``none`` is ~85 % busy: the codec's cost
 then outweighs bytes that hardly cost anything, which says nothing of the guide's case). With
 ``regime: guide`` (the default) the worker calibrates the link before each (model, mode)'s timed
 steps so that ``none`` lands there (:mod:`hpcbench.scale.regime`); with ``fixed`` a launch reaches
@@ -55,6 +56,7 @@ verdicts are combined as :func:`~hpcbench.judge.verdict.combine` combines requir
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Callable
@@ -91,6 +93,29 @@ def baseline_busy(summaries: pd.DataFrame) -> dict[tuple[str, str, str, str], fl
     return {(r.run_id, r.task_id, r.model, r.mode): r.noop_step_p50_ms / r.step_p50_ms
             for r in rows.itertuples(index=False)
             if r.step_p50_ms and r.step_p50_ms > 0 and pd.notna(r.noop_step_p50_ms)}
+
+
+#: The parameter :func:`key_by_regime` adds: each (model, mode)'s standing against the case's regime in the launch.
+REGIME_KEY = "regime_status"
+
+
+def key_by_regime(launches: pd.DataFrame, busy: dict[tuple[str, str, str, str], float],
+                  pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """``launches`` with each launch's regime, per (model, mode), added to its ``params`` JSON.
+
+    The rulekit groups launches by parameters, so the launches in which ``none`` reached the case's
+    regime never pool with those that missed it: a group is judged, or not, as a whole, and the
+    launches that missed cannot dilute those that reached it (nor carry them across the band).
+    """
+    def status(run: str, task: str, model: str, mode: str) -> str:
+        return MATCHED if GUIDE_REGIME.matches(busy.get((run, task, model, mode))) else MISSED
+
+    if launches.empty:
+        return launches
+    keyed = [json.dumps({**json_object(p), REGIME_KEY: {f"{m}/{d}": status(r, t, m, d) for m, d in pairs}},
+                        sort_keys=True, default=str)
+             for r, t, p in zip(launches["run_id"], launches["task_id"], launches["params"])]
+    return launches.assign(params=keyed)
 
 
 def _same_group(launches: pd.DataFrame, first: pd.Series) -> list[tuple[str, str]]:
@@ -192,18 +217,19 @@ def rule_c8(claim: Claim, evidence: Evidence) -> Judgement:
                                 f"float32 bytes over the bytes {TECHNIQUE} sent, counted by its hook; reference "
                                 f"{C8_REDUCTION:g}x, at least {C8_MIN_REDUCTION:g}x.")
     busy = baseline_busy(s)
+    keyed = key_by_regime(evidence.launches, busy, pairs)
 
     def effect_comparisons(first: pd.Series) -> list[Comparison]:
-        group = _same_group(evidence.launches, first)
+        group = _same_group(keyed, first)
+        statuses = json_object(first["params"]).get(REGIME_KEY, {})
 
         def regime_problem(model: str, mode: str) -> str | None:
-            shares = sorted(busy[(r, t, model, mode)] for r, t in group if (r, t, model, mode) in busy)
-            median = shares[len(shares) // 2] if shares else None
-            return regime_reason(MATCHED if GUIDE_REGIME.matches(median) else MISSED, shares, GUIDE_REGIME)
+            shares = [busy[(r, t, model, mode)] for r, t in group if (r, t, model, mode) in busy]
+            return regime_reason(statuses.get(f"{model}/{mode}", MISSED), shares, GUIDE_REGIME)
 
         return c8_comparisons(pairs, regime_problem)
 
-    effect = judge_comparisons(evidence, effect_comparisons, applies=applies, ignore_params=IGNORED_PARAMS,
+    effect = judge_comparisons(dataclasses.replace(evidence, launches=keyed), effect_comparisons, applies=applies, ignore_params=IGNORED_PARAMS,
                                what=f"Level 2 (effect): median total samples/s of {TECHNIQUE} over {BASELINE}, "
                                     f"paired per launch; reference >= {C8_MIN_GAIN:g}x (our bound: the guide gives "
                                     f"no figure for C8 alone); judged only where {BASELINE} is "

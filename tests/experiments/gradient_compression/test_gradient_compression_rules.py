@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import pandas as pd
 from synthetic import LOOPBACK, SHAPED, launches, noisy
 
 from hpcbench.experiments.gradient_compression.rules import C8_MIN_REDUCTION, setting_problem
@@ -188,3 +189,36 @@ def test_report_section_table_figure_and_failed_checks(tmp_path):
     assert rows["none"][table.columns.index("bytes / step")] == "2.1 MiB"
     assert len(section.figures) == 1 and section.figures[0].data
     assert section.notes[0].cls == "fail" and "+20.0% off none's" in section.notes[0].text
+
+
+def mixed_regime(tmp_path, inside: int, outside: int, gain_in: float, gain_out: float):
+    """One session: ``inside`` launches with none 60 % busy, then ``outside`` with none 85 % busy."""
+    def rows(k):
+        return launch_rows(k, gain=gain_in, busy=0.6) if k < inside else launch_rows(k, gain=gain_out, busy=0.85)
+
+    records = launches(tmp_path, "gradient_compression", rows, inside + outside, params=PARAMS, facts=SHAPED,
+                       backend="gloo")
+    return evaluate_claim("C8", records)
+
+
+def test_c8_judges_the_launches_that_reached_the_regime_among_themselves(tmp_path):
+    # 5 launches reached the case's regime and 3 did not: the 5 are judged at their own count, and the
+    # 3 that missed neither dilute them nor count as "not reproduced"
+    row = mixed_regime(tmp_path, 5, 3, gain_in=1.3, gain_out=0.9)
+    assert row.verdict == "reproduced", row.measured
+    assert "1.30x" in row.measured and "5 launches x 12 steps" in row.measured
+    assert "inconclusive: regime 85% busy (none) vs the guide's 61% (+-5 points)" in row.measured
+
+
+def test_c8_a_majority_in_the_regime_does_not_carry_the_launches_that_missed_it(tmp_path):
+    # 5 in the regime with no gain, 2 out of it with a large one: only the 5 count, so the verdict is theirs
+    row = mixed_regime(tmp_path, 5, 2, gain_in=0.9, gain_out=2.0)
+    assert row.verdict == "not reproduced", row.measured
+    assert "0.90x" in row.measured or "0.89x" in row.measured
+
+
+def test_c8_too_few_launches_in_the_regime_is_inconclusive(tmp_path):
+    # 2 of 5 reached it (the 2026-12-02 run): 2 launches cannot give a verdict, whatever their gain
+    row = mixed_regime(tmp_path, 2, 3, gain_in=1.3, gain_out=1.3)
+    assert row.verdict == "inconclusive", row.measured
+    assert "n = 2 launches" in row.measured
