@@ -321,9 +321,15 @@ def recover(tr: Training, cfg: FaultToleranceConfig, root: Path, device) -> tupl
     Returns:
         (the restored training, the checkpoint found or None, the seconds from search to restored).
     """
+    import torch
+
     from hpcbench.fault.checkpoint import CheckpointManager
     from hpcbench.fault.state import restore
 
+    # The kill is simulated in this process: it can land where torch has switched autograd off for a
+    # moment (inside optimizer.step, after its no_grad and before the restore in its `finally`), and
+    # would leave it off. A restarted process starts with it on; so does this restart.
+    torch.set_grad_enabled(True)
     fresh = fresh_like(tr, cfg, device)
     manager = CheckpointManager(root, _policy(cfg), warn=lambda line: None)
     t0 = time.perf_counter()

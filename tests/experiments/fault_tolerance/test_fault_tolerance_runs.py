@@ -116,3 +116,21 @@ def test_presenter_renders_the_tiny_run(tiny_run):
     tiers = sections[0].tables[ids.index("fault-tolerance-tiers")]
     assert len(tiers.rows) == 4
     assert sections[0].figures and sections[0].figures[0].data
+
+
+def test_a_restart_trains_even_when_the_kill_left_autograd_off(tmp_path):
+    # The simulated kill is an exception raised by SIGALRM wherever the loop is; inside optimizer.step it
+    # can skip torch's own restore of the grad mode. The restart must train as a new process would.
+    import torch
+
+    from hpcbench.experiments.fault_tolerance.worker import build_training, recover
+
+    cfg = FaultToleranceConfig(models=["gpt2_tiny"], batch_size=2, seq_len=16)
+    tr = build_training(cfg, "gpt2_tiny", "float32", torch.device("cpu"))
+    torch.set_grad_enabled(False)  # what a kill between optimizer.step's no_grad and its finally leaves
+    try:
+        fresh, info, _ = recover(tr, cfg, tmp_path / "none-yet", torch.device("cpu"))
+        assert info is None  # nothing saved: a restart from scratch
+        assert len(fresh.train(1)) == 1 and fresh.step == 1
+    finally:
+        torch.set_grad_enabled(True)
