@@ -39,12 +39,12 @@ mode, ``none``'s busy share is its no-op twin's median step over its own (``noop
 ``step_p50_ms`` of the launch's summary) in that launch. Each launch is keyed by where each pair
 stood (within +-5 points of 61 % or not), as C7 keys its launches, so launches that reached the
 regime are judged among themselves, at their own count, and those that missed it give
-"inconclusive: regime X vs the guide's Y" — never "not reproduced" (on CPU ranks at a fast link ``none`` is ~85 % busy: the codec's cost
-then outweighs bytes that hardly cost anything, which says nothing of the guide's case). With
-``regime: guide`` (the default) the worker calibrates the link before each (model, mode)'s timed
-steps so that ``none`` lands there (:mod:`hpcbench.scale.regime`); with ``fixed`` a launch reaches
-it only where its link happens to be shaped to it. Level 1 counts bytes,
-which no regime changes: it is judged wherever the setting and the link apply.
+"inconclusive: regime X vs the guide's Y" — never "not reproduced" (on CPU ranks at a fast link
+``none`` is ~85 % busy: the codec's cost then outweighs bytes that hardly cost anything, which
+says nothing of the guide's case). With ``regime: guide`` (the default) the worker calibrates the
+link before each (model, mode)'s timed steps so that ``none`` lands there
+(:mod:`hpcbench.scale.regime`); with ``fixed`` a launch reaches it only where its link happens to
+be shaped to it. Level 1 counts bytes, which no regime changes: it is judged wherever the setting and the link apply.
 
 Reproduced only if both levels are, for every model and mode; not reproduced if either is not;
 inconclusive otherwise. Level 1 is a count of bytes whose per-step values repeat exactly, so its
@@ -229,7 +229,8 @@ def rule_c8(claim: Claim, evidence: Evidence) -> Judgement:
 
         return c8_comparisons(pairs, regime_problem)
 
-    effect = judge_comparisons(dataclasses.replace(evidence, launches=keyed), effect_comparisons, applies=applies, ignore_params=IGNORED_PARAMS,
+    effect = judge_comparisons(dataclasses.replace(evidence, launches=keyed), effect_comparisons, applies=applies,
+                               ignore_params=IGNORED_PARAMS,
                                what=f"Level 2 (effect): median total samples/s of {TECHNIQUE} over {BASELINE}, "
                                     f"paired per launch; reference >= {C8_MIN_GAIN:g}x (our bound: the guide gives "
                                     f"no figure for C8 alone); judged only where {BASELINE} is "
