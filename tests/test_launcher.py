@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.dist.launcher import choose_launcher, plan_local, rendezvous_port
-from hpcbench.core.errors import RegistryError
+from hpcbench.core.errors import LaunchError, RegistryError
+from hpcbench.dist.launcher import choose_launcher, plan_local, plan_slurm, rendezvous_port
 
 
 def test_local_outside_slurm_and_for_single_node_tasks():
@@ -33,7 +33,13 @@ def test_local_plan_emulates_nodes():
     assert "HPCBENCH_EMULATED_NODES" not in one.env
 
 
+def test_a_bad_rendezvous_timeout_is_refused_before_any_srun():
+    with pytest.raises(LaunchError, match="HPCBENCH_RDZV_TIMEOUT_S='1m'"):
+        plan_slurm(nodes=2, ranks_per_node=1, spec_path=Path("/x"), tag="t",
+                   env={"HPCBENCH_RDZV_TIMEOUT_S": "1m", "SLURM_JOB_NODELIST": "n[1-2]"})
+
+
 def test_rendezvous_port_is_stable_and_in_range():
     assert rendezvous_port("12", "a") == rendezvous_port("12", "a")
     assert rendezvous_port("12", "a") != rendezvous_port("12", "b")
-    assert all(29500 <= rendezvous_port(str(j), "t") < 49500 for j in range(200))
+    assert all(29500 <= rendezvous_port(str(j), "t") < 32768 for j in range(200))  # below the ephemeral ports

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -54,6 +55,43 @@ def test_collectives_across_two_nodes(slurm_env, tmp_path):
     # ...while ranks inside a node, on loopback, are not held to it.
     intra = busbw[busbw["group"] == "intra_node"]["value"].median()
     assert intra > crossing.median()
+
+
+def _next_job_id(env) -> str:
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env=env, timeout=30,
+                         check=True).stdout
+    return re.search(r"^NEXT_JOB_ID\s*=\s*(\d+)", out, re.M).group(1)
+
+
+def test_a_rendezvous_port_taken_on_the_first_node_costs_one_retry_not_the_task(slurm_env, tmp_path, monkeypatch):
+    """Seen once in CI: the second node could not reach the first node's c10d store and the task failed
+    before any rank ran. Here the port the next job's store would use is held on n1 by a listener that
+    hangs up on whoever connects; the launch must fail its rendezvous, say so, and succeed on a new port."""
+    from hpcbench.dist.launcher import rendezvous_port
+
+    monkeypatch.setenv("HPCBENCH_RDZV_TIMEOUT_S", "10")  # the failed rendezvous waits 10 s, not 60
+    env = {**os.environ, **slurm_env.env()}
+    port = rendezvous_port(_next_job_id(env), "collectives")
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", slurm_env.nodes[0].netns, sys.executable, "-c",
+         "import socket\n"
+         f"s = socket.create_server(('', {port}), family=socket.AF_INET6, dualstack_ipv6=True)\n"
+         "print('listening', flush=True)\n"
+         "while True:\n    c, _ = s.accept(); c.close()\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "listening"
+        suite = parse_suite({"name": "x", "tasks": [{"experiment": "collectives", "variants": {"two": {
+            "nodes": 2, "ranks_per_node": 1, "ops": "all_reduce", "min_bytes": "1M", "max_bytes": "1M",
+            "iters": 2, "warmup_iters": 1}}}]})
+        (st,) = run_suite(suite, tmp_path / "run", backend="slurm", progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert st.state == "done", st.error
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").rglob("collectives.log"))
+    assert "RendezvousConnectionError" in logs and f"n1:{port}" in logs
+    assert "the rendezvous failed before any rank started; retrying once" in logs
 
 
 def test_failed_task_is_reported_and_resume_reruns_only_it(slurm_env, tmp_path, monkeypatch):

@@ -96,12 +96,24 @@ def slurm_hostnames(nodelist: str, env: dict[str, str]) -> list[str]:
     return out.split()
 
 
+#: The c10d store's ports: below Linux's default ephemeral range (32768-60999), so that no outgoing
+#: connection of the first node (gloo's, slurmd's) can already hold the port the store must bind.
+RENDEZVOUS_PORTS = range(29500, 32500)
+
+
 def rendezvous_port(job_id: str, tag: str) -> int:
     """A port for torchrun's c10d store, stable within a job and unlikely to collide:
     two launches in one job (different tags) or two jobs sharing a node get different ones."""
     import zlib
 
-    return 29500 + zlib.crc32(f"{job_id}/{tag}".encode()) % 20000
+    return RENDEZVOUS_PORTS[zlib.crc32(f"{job_id}/{tag}".encode()) % len(RENDEZVOUS_PORTS)]
+
+
+#: How long a node waits for the first node's c10d store (torchrun's ``read_timeout``, 60 s by default).
+RENDEZVOUS_TIMEOUT_ENV = "HPCBENCH_RDZV_TIMEOUT_S"
+
+#: What torchrun prints when a node cannot create or reach the c10d store (before any rank starts).
+RENDEZVOUS_FAILURE = "RendezvousConnectionError"
 
 
 def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
@@ -111,6 +123,9 @@ def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
     ``--kill-on-bad-exit`` ends every rank when one fails, instead of leaving the
     others blocked in a collective until the timeout.
     """
+    wait = env.get(RENDEZVOUS_TIMEOUT_ENV, "60")  # checked first: a typo fails before any srun
+    if not wait.isdigit() or int(wait) < 1:
+        raise LaunchError(f"{RENDEZVOUS_TIMEOUT_ENV}={wait!r}: expected a whole number of seconds >= 1")
     hosts = slurm_hostnames(env["SLURM_JOB_NODELIST"], env)[:nodes]
     if len(hosts) < nodes:
         raise LaunchError(f"the allocation has {len(hosts)} node(s); the task needs {nodes}")
@@ -120,7 +135,8 @@ def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
            f"--nodelist={','.join(hosts)}",
            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
            "--nproc-per-node", str(ranks_per_node), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", endpoint, "--rdzv-id", f"hpcbench-{job}-{tag}", *_worker_argv(spec_path)]
+           "--rdzv-endpoint", endpoint, "--rdzv-conf", f"read_timeout={wait}", "--rdzv-id", f"hpcbench-{job}-{tag}",
+           *_worker_argv(spec_path)]
     env = dict(env)
     env.pop(EMULATED_NODES_ENV, None)
     return LaunchPlan(cmd, env, f"{nodes} node(s) x {ranks_per_node} rank(s) with srun + torchrun "
@@ -213,12 +229,40 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
     if echo:
         bound = ", ranks bound by the affinity plan" if bind == "plan" else ""
         echo(f"launching {tag}: {plan.description}{bound}; log: {log_path}")
-    cmd, env = plan.cmd, plan.env
     start = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+    log_path.write_bytes(b"")
+    seen = 0
+    rc, seen = _run_plan(plan, log_path, seen, start, timeout_s, tag, echo, out_dir)
+    if rc != 0 and how == "slurm" and _rendezvous_failed(log_path, records_dir, tag):
+        # The nodes never met, so no rank ran and nothing was measured: one more try, on another port
+        # (the store's port may be held on the first node), costs a minute instead of the task.
+        plan = LAUNCHERS.get(how)(nodes=nodes, ranks_per_node=ranks_per_node, spec_path=spec_path.resolve(),
+                                  tag=f"{tag}.retry", env=env)
+        note = f"[hpcbench] {tag}: the rendezvous failed before any rank started; retrying once: {plan.description}"
+        with open(log_path, "a") as fh:
+            fh.write(note + "\n")
+        if echo:
+            echo(note)
+        rc, seen = _run_plan(plan, log_path, seen, start, timeout_s, tag, echo, out_dir)
+    wall = time.monotonic() - start
+    if rc != 0:
+        raise LaunchError(f"{tag}: worker ranks failed (torchrun exit code {rc})", log_path=str(log_path),
+                          tail=_tail(log_path))
+    records = [p for p in find_record_files(records_dir) if p.name.startswith(f"{tag}-rank")]
+    if len(records) != world:
+        raise LaunchError(f"{tag}: expected {world} records files, found {len(records)}",
+                          log_path=str(log_path), tail=_tail(log_path))
+    if echo:
+        echo(f"{tag}: {world} ranks finished in {wall:.1f} s")
+    return LaunchResult(records=records, log_path=log_path, wall_s=wall, world_size=world)
+
+
+def _run_plan(plan: LaunchPlan, log_path: Path, seen: int, start: float, timeout_s: float, tag: str,
+              echo: Callable[[str], None] | None, out_dir: Path) -> tuple[int, int]:
+    """Run ``plan`` to its end, appending to the log and echoing progress: (exit code, log bytes read)."""
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(plan.cmd, stdout=log, stderr=subprocess.STDOUT, env=plan.env,
                                 start_new_session=True)
-        seen = 0
         try:
             while True:
                 try:
@@ -234,18 +278,16 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
         except BaseException:
             _kill_group(proc)
             raise
-    _echo_progress(log_path, seen, echo, out_dir / PROGRESS_FILE)
-    wall = time.monotonic() - start
-    if rc != 0:
-        raise LaunchError(f"{tag}: worker ranks failed (torchrun exit code {rc})", log_path=str(log_path),
-                          tail=_tail(log_path))
-    records = [p for p in find_record_files(records_dir) if p.name.startswith(f"{tag}-rank")]
-    if len(records) != world:
-        raise LaunchError(f"{tag}: expected {world} records files, found {len(records)}",
-                          log_path=str(log_path), tail=_tail(log_path))
-    if echo:
-        echo(f"{tag}: {world} ranks finished in {wall:.1f} s")
-    return LaunchResult(records=records, log_path=log_path, wall_s=wall, world_size=world)
+    return rc, _echo_progress(log_path, seen, echo, out_dir / PROGRESS_FILE)
+
+
+def _rendezvous_failed(log_path: Path, records_dir: Path, tag: str) -> bool:
+    """Whether the launch died in torchrun's rendezvous: its error in the log and no rank's records."""
+    try:
+        failed = RENDEZVOUS_FAILURE in log_path.read_text(errors="replace")
+    except OSError:
+        return False
+    return failed and not any(p.name.startswith(f"{tag}-rank") for p in find_record_files(records_dir))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
