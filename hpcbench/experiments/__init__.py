@@ -172,8 +172,9 @@ class ClaimSet:
     ``scale_model``); None: this experiment's own. A name, not an import: experiments do not import each
     other, and the ledger looks it up in the registry."""
     regimes: Mapping[str, Any] = field(default_factory=dict)
-    """Claim id -> the :class:`hpcbench.scale.regime.GuideRegime` its figure was measured in: the ledger
-    shows it beside the regime the launches reached (their ``fact.regime.*``)."""
+    """Claim id -> the regime its figure was measured in (a :class:`hpcbench.scale.regime.GuideRegime`, a
+    busy share, or another with ``summary(launches)`` and ``brief(launches)``, such as practice's step-time
+    spread): the ledger shows it beside the regime the launches reached (their ``fact.regime.*``)."""
     context: tuple[str, ...] = ()
     """Claims the experiment informs without judging them (C16's inventory)."""
 

@@ -150,11 +150,13 @@ def start_training(cfg: Any, topo: Any, writer: Any) -> PhaseTraining:
     return PhaseTraining(rank, site, spec, model, opt, batches)
 
 
-def timed_steps(step: Callable[[], T], cfg: Any) -> list[T]:
-    """``step()`` again and again for ``cfg.phase_s`` seconds and at least ``cfg.min_steps`` times; what each returned.
+def timed_steps(step: Callable[[], T], cfg: Any, seconds: float | None = None) -> list[T]:
+    """``step()`` again and again for ``cfg.phase_s`` seconds (or ``seconds``) and at least ``cfg.min_steps``
+    times; what each returned.
 
     A collective call: rank 0's clock ends the phase for everyone, so every rank runs the same steps.
     """
+    seconds = cfg.phase_s if seconds is None else seconds
     import torch
     import torch.distributed as dist
 
@@ -162,7 +164,7 @@ def timed_steps(step: Callable[[], T], cfg: Any) -> list[T]:
     go = torch.ones(1)
     while True:
         steps.append(step())
-        go[0] = float(time.perf_counter() - started < cfg.phase_s or len(steps) < cfg.min_steps)
+        go[0] = float(time.perf_counter() - started < seconds or len(steps) < cfg.min_steps)
         dist.broadcast(go, src=0)
         if go[0] == 0:
             return steps

@@ -152,10 +152,8 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
         evidence = _evidence(owner, records, statuses, summaries, cache)
         claims = EXPERIMENTS.get(owner).claims
         if claim.id in claims.regimes:
-            from hpcbench.scale.regime import regime_brief, regime_summary
-
-            regime = regime_summary(claims.regimes[claim.id], evidence.launches)
-            brief = regime_brief(claims.regimes[claim.id], evidence.launches)
+            regime = claims.regimes[claim.id].summary(evidence.launches)
+            brief = claims.regimes[claim.id].brief(evidence.launches)
         judgement = claims.rules[claim.id](claim, evidence)
     except Exception as exc:  # noqa: BLE001 - one broken rule must not take the ledger down
         judgement = Judgement("inconclusive", NO_VALUE,

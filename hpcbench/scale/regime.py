@@ -115,6 +115,14 @@ class GuideRegime:
         """True when ``reached`` lies within :attr:`tolerance` (absolute) of :attr:`target_busy`."""
         return reached is not None and math.isfinite(reached) and abs(reached - self.target_busy) <= self.tolerance
 
+    def summary(self, launches: Any) -> str:
+        """The ledger's sentence on this regime and the launches' (:func:`regime_summary`)."""
+        return regime_summary(self, launches)
+
+    def brief(self, launches: Any) -> str:
+        """The ledger's few words (:func:`regime_brief`)."""
+        return regime_brief(self, launches)
+
 
 @dataclass(frozen=True)
 class RegimePoint:

@@ -31,6 +31,10 @@ class PracticeConfig(FaultPhasesConfig):
     min_steps: int = param(10, "timed steps per phase at least: the gate's spread needs several, the verdict "
                                ">= 10", min=2, max=100000)
     warmup_steps: int = param(2, "untimed steps per phase after the fault is on", min=0, max=1000)
+    calibration_s: float = param(4.0, "seconds of healthy training before the phases whose step-time spread is C12's "
+                                      "regime fact (regime.healthy_step_cv; at least min_steps steps): steps of "
+                                      "their own, so the judged baseline is not its own yardstick", min=0.5,
+                                 max=3600.0)
     slow_link_rate: str = param("50mbit", "tbf rate of the faulty node's link in slow_link and lossy_link (the "
                                           "cluster's links run at 1gbit): ~0.25 s per all-reduce of weather_tiny",
                                 allowed="a tc rate, e.g. 50mbit")

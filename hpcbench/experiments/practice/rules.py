@@ -26,7 +26,14 @@ share with an exact (Clopper-Pearson) interval, Bonferroni-corrected across all 
 Reproduced only if both members are; not reproduced if either is not (too few faults caught, or
 a baseline that fails the gate in most launches); inconclusive with fewer than 5 launches x 10
 steps, when an interval straddles its band's edge, or when no fault could be counted (none
-applied, or every baseline failed). What never counts, from recorded facts only: a fault that
+applied, or every baseline failed).
+
+**In the guide's regime only** (:mod:`hpcbench.experiments.practice.regime`): C12 is a figure, and
+the gate can tell a fault from a healthy run only where a healthy run's step-time spread is small
+beside the gate's 5 %. Each launch calibrates that spread in a healthy phase of its own before the
+judged ones (fact ``regime.healthy_step_cv``); only launches below 2.5 % are judged. The others,
+and launches that recorded no calibration, are named and give "inconclusive: regime ...", never
+"not reproduced": a noisy platform's false alarms say nothing about the gate. What never counts, from recorded facts only: a fault that
 was not applied (no emulated cluster for a link fault, no cgroup controller, no root: recorded
 *not injected* with the reason) and a phase where the gate could measure none of its checks.
 The detail names the faults the gate missed, and how often; for launches whose baseline failed
@@ -51,6 +58,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.experiments.practice.config import NO_FAULT
+from hpcbench.experiments.practice.regime import FACT_HEALTHY_CV, GATE_REGIME, IN_REGIME
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import in_group, launch_groups
@@ -136,12 +144,24 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
             f"injected here never count. The faults are this project's list, not a census of common problems.")
     found: list[tuple[str, tuple]] = []
     per_fault: list[str] = []
+    outside: list[str] = []
     groups = launch_groups(evidence, ignore_params=("faults",))
     for group_text, launches in groups:
+        spreads = list(launches[FACT_HEALTHY_CV]) if FACT_HEALTHY_CV in launches.columns else [None] * len(launches)
+        judged = launches[[GATE_REGIME.status(v) == IN_REGIME for v in spreads]]
         summaries = in_group(evidence.summaries, launches)
         if summaries.empty or "fault" not in summaries.columns:
             continue
-        members, lines = _members(summaries)
+        if len(judged) < len(launches):
+            outside.append(f"{len(launches) - len(judged)} of {len(launches)} launch(es)"
+                           + (f" ({group_text})" if len(groups) > 1 else "") + ": "
+                           + GATE_REGIME.reason([v for v in spreads if GATE_REGIME.status(v) != IN_REGIME]))
+        if judged.empty:
+            regime = GATE_REGIME.reason(spreads)
+            found += [(group_text, (label, 0, 0, 0, 0, reference, regime))
+                      for label, reference in ((CATCH_LABEL, CATCH), (QUIET_LABEL, QUIET))]
+            continue
+        members, lines = _members(in_group(summaries, judged))
         found += [(group_text, m) for m in members]
         per_fault += [f"{line} ({group_text})" if len(groups) > 1 else line for line in lines]
     if not found:
@@ -153,7 +173,8 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
     for group_text, (label, k, n, launches, steps, reference, why) in found:
         outcome = share_outcome(k, n, reference, launches=launches, steps=steps, confidence=confidence)
         if why:
-            outcome = Outcome(INCONCLUSIVE, outcome.interval, reference, f"not applicable: {why}")
+            said = why if why.startswith("inconclusive: regime") else f"not applicable: {why}"
+            outcome = Outcome(INCONCLUSIVE, outcome.interval, reference, said)
             reasons.append(why)
         else:
             (catches if reference is CATCH else quiets).append(outcome)
@@ -161,7 +182,10 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
         outcomes.append(outcome)
         labels.append(shown)
         parts.append(f"{shown}: {outcome.describe()}")
-    detail = what + " Per fault: " + ("; ".join(per_fault) or "none") + "."
+    detail = what + f" Judged only in the guide's regime: {GATE_REGIME.guide()}, calibrated per launch."
+    if outside:
+        detail += " Not judged: " + "; ".join(outside) + "."
+    detail += " Per fault: " + ("; ".join(per_fault) or "none") + "."
     missed = [line.split(":")[0] for line in per_fault if ", missed" in line]
     if missed:
         detail += f" Missed at least once: {', '.join(missed)}."

@@ -1,8 +1,10 @@
 """What runs on every rank of ``practice``: one training phase per fault on the last node, the gate's records (C12).
 
 :func:`launch_practice` (the driver, in the notebook) makes a small weather data set in the
-task's folder, then :func:`run_worker` runs on every rank. Per phase (``cfg.faults``, the
-baseline ``none`` first):
+task's folder, then :func:`run_worker` runs on every rank. First a healthy calibration of
+``calibration_s``: its step-time spread is C12's regime fact (:func:`calibrate_spread`,
+:mod:`hpcbench.experiments.practice.regime`). Then per phase (``cfg.faults``, the baseline
+``none`` first):
 
 1. the fault goes on (:mod:`hpcbench.experiments.practice.faults`, made by
    :mod:`hpcbench.fault.inject` and applied with its
@@ -23,6 +25,7 @@ baseline ``none`` first):
 
 from __future__ import annotations
 
+import statistics
 from contextlib import nullcontext
 from typing import Any
 
@@ -65,6 +68,13 @@ def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> Non
         rank.sync()
         return timer.end_step()
 
+    # C12's regime (practice/regime.py): the healthy step-time spread, in steps of its own before the phases
+    dist.barrier()
+    for _ in range(cfg.warmup_steps):
+        step()
+    calibrate_spread([s[STEP] for s in timed_steps(step, cfg, seconds=cfg.calibration_s)], topo, writer)
+    reads.clear()
+
     for fault in cfg.faults:
         labels = {"fault": fault}
         dist.barrier()
@@ -87,3 +97,26 @@ def run_worker(cfg: PracticeConfig, topo: Topology, writer: RecordWriter) -> Non
             writer.add("read_time", seconds, "s", step=i, labels=labels)
         times = sorted(s[STEP] for s in steps)
         progress(f"{fault}: {len(steps)} steps, step p50 {times[len(times) // 2] * 1e3:.0f} ms")
+
+
+def calibrate_spread(step_times: list[float], topo: Topology, writer: RecordWriter) -> None:
+    """Record the healthy steps' spread as the gate computes it: std / mean per rank (``healthy_step_cv``), and
+    on rank 0 the median over ranks as the launch's regime facts. A collective call."""
+    import torch
+    import torch.distributed as dist
+
+    from hpcbench.diag.step_breakdown import jitter
+    from hpcbench.dist.worker import progress
+    from hpcbench.experiments.practice.regime import FACT_HEALTHY_CV, FACT_HEALTHY_STEPS, GATE_REGIME
+    from hpcbench.system.facts import write_facts
+
+    mine = jitter(step_times)
+    writer.add("healthy_step_cv", mine, "fraction", labels={"phase": "calibration"},
+               text=f"std / mean of {len(step_times)} healthy steps before the phases (C12's regime)")
+    every = [torch.zeros(1, dtype=torch.float64) for _ in range(topo.world_size)]
+    dist.all_gather(every, torch.tensor([mine], dtype=torch.float64))
+    median = statistics.median(float(t.item()) for t in every)
+    if topo.rank == 0:
+        write_facts(writer, {FACT_HEALTHY_CV: median, FACT_HEALTHY_STEPS: float(len(step_times))})
+        progress(f"calibration: healthy step-time spread {median:.1%} over {len(step_times)} steps "
+                 f"({GATE_REGIME.status(median)}: the guide's < {GATE_REGIME.max_cv:.1%})")

@@ -17,6 +17,7 @@ from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.experiments.practice.config import FAULTS, NO_FAULT, PracticeConfig
 from hpcbench.experiments.practice.faults import FAULT_KINDS
+from hpcbench.experiments.practice.regime import FACT_HEALTHY_CV, GATE_REGIME
 from hpcbench.experiments.practice.rules import CATCH_LOWER, GUIDE_C12_PROBLEMS_AVOIDED
 from hpcbench.experiments.practice.summary import findings, summarize, verify_records
 from hpcbench.guide.claims import get_claim
@@ -40,8 +41,11 @@ EFFECT = {
 }
 
 
-def write_launch(tmp_path, k: int, effect=EFFECT, *, injected=True, faults=FAULTS) -> pd.DataFrame:
-    """One launch's records, as two ranks write them: the injector's fault rows on n2, the phases' steps on both."""
+def write_launch(tmp_path, k: int, effect=EFFECT, *, injected=True, faults=FAULTS,
+                 healthy_cv: float | None = HEALTHY["cv"]) -> pd.DataFrame:
+    """One launch's records, as two ranks write them: the injector's fault rows on n2, the phases' steps on both.
+
+    ``healthy_cv``: the spread its calibration phase recorded (the regime fact; None: not recorded)."""
     frames = []
     for rank, node in enumerate(("n1", "n2")):
         path = tmp_path / f"p-r{k}-{rank}.parquet"
@@ -49,7 +53,7 @@ def write_launch(tmp_path, k: int, effect=EFFECT, *, injected=True, faults=FAULT
                             params={**PARAMS, "faults": list(faults)}, node=node, rank=rank, world_size=2)
         with RecordWriter(path, ctx) as w:
             if rank == 0:
-                write_facts(w, SHAPED)
+                write_facts(w, {**SHAPED, **({} if healthy_cv is None else {FACT_HEALTHY_CV: healthy_cv})})
                 w.add("backend", None, "", text="gloo")
             for fault in faults:
                 labels = {"fault": fault}
@@ -124,6 +128,43 @@ def test_not_reproduced_when_the_baseline_fails_the_gate(tmp_path):
             "baseline passed 7/7 (comm_share)") in row.detail
     assert "link_flap: in launches whose baseline failed too (not counted) the gate failed 7/7, by a check the " \
            "baseline passed 0/7" in row.detail
+
+
+def test_outside_the_guides_regime_a_failing_baseline_is_inconclusive_not_a_false_alarm(tmp_path):
+    # the calibration found a healthy spread of 9 %, as on two shared CPU cores: the gate's 5 % cannot tell
+    row = c12(tmp_path, effect={**EFFECT, "none": {"cv": 0.2}}, healthy_cv=0.09)
+    assert row.verdict == "inconclusive", row.measured
+    assert "inconclusive: regime: healthy step-time spread 9.0% (median of 7 calibration(s)) vs the guide's < 2.5%" \
+        in row.measured
+    assert "Not judged: 7 of 7 launch(es)" in row.detail
+    assert "spread < 2.5%: 0/7 in" == row.regime_brief and "0 of 7 launch(es) within it" in row.regime
+
+
+def test_in_the_regime_a_failing_baseline_still_counts_against_the_claim(tmp_path):
+    # the calibration is a phase of its own: steady there, the judged baseline can still fail the gate
+    row = c12(tmp_path, effect={**EFFECT, "none": {"cv": 0.2}}, healthy_cv=0.01)
+    assert row.verdict == "not reproduced" and "false alarms): 7/7" in row.measured
+    assert "7/7 in" in row.regime_brief
+
+
+def test_only_launches_in_the_regime_are_judged(tmp_path):
+    # 7 launches in the regime judge the claim; 3 noisy ones, false alarms and all, are named and left out
+    records = pd.concat([write_launch(tmp_path, k, effect={**EFFECT, "none": {"cv": 0.2}} if k >= 7 else EFFECT,
+                                      healthy_cv=0.08 if k >= 7 else 0.01) for k in range(10)], ignore_index=True)
+    row = evaluate_claim("C12", records)
+    assert row.verdict == "reproduced", row.measured
+    assert "49/49" in row.measured and "false alarms): 0/7" in row.measured
+    assert "Not judged: 3 of 10 launch(es): inconclusive: regime: healthy step-time spread 8.0%" in row.detail
+
+
+def test_launches_without_a_calibration_are_not_judged(tmp_path):
+    row = c12(tmp_path, healthy_cv=None)
+    assert row.verdict == "inconclusive" and "regime not recorded" in row.measured
+
+
+def test_the_regime_is_half_the_gates_limit():
+    assert GATE_REGIME.max_cv == pytest.approx(0.025) and GATE_REGIME.status(0.024) == "in regime"
+    assert GATE_REGIME.status(0.025) == "out of regime" and GATE_REGIME.status(float("nan")) == "regime not recorded"
 
 
 def test_launches_whose_baseline_failed_do_not_count_their_faults(tmp_path):

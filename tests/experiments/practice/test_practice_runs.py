@@ -34,10 +34,11 @@ from hpcbench.fault.inject.cpu import (CPU_CGROUP_PREFIX, CPU_ROOT, CpuQuota, Th
 from hpcbench.fault.inject.link import LinkFlap
 from hpcbench.fault.inject.storage import BLKIO_ROOT, CGROUP_PREFIX
 from hpcbench.experiments.practice.config import PracticeConfig
+from hpcbench.experiments.practice.regime import GATE_REGIME
 from hpcbench.experiments.practice.summary import summarize, verify_records
 
 #: Tiny phases: a few seconds each, at least 5 steps for the gate's spread, small batches.
-TINY = dict(phase_s=1.5, min_steps=5, warmup_steps=1, batch_size=4)
+TINY = dict(phase_s=1.5, min_steps=5, warmup_steps=1, batch_size=4, calibration_s=1.0)
 #: The cluster run: the baseline and two faults that need the cluster's pieces (a blkio cgroup, a node's link).
 CLUSTER_FAULTS = ["none", "slow_storage", "slow_link"]
 
@@ -65,8 +66,16 @@ def test_notebook_runs_on_one_machine_with_the_faults_that_need_no_cluster(tmp_p
         assert s.loc["slow_node", "injected"] == False  # noqa: E712
     assert not list(CPU_ROOT.glob(f"{CPU_CGROUP_PREFIX}-*"))
     assert verify_records(df, PracticeConfig.from_dict({"faults": faults, **TINY})).ok
+    # C12's regime: one calibration per launch, the median of the ranks' healthy spreads, written by rank 0
+    (cv,) = df.loc[df["metric"] == "fact.regime.healthy_step_cv", "value"]
+    per_rank = sorted(df.loc[df["metric"] == "healthy_step_cv", "value"])
+    assert len(per_rank) == 2 and cv == pytest.approx(sum(per_rank) / 2) and 0 < cv < 1
+    assert df.loc[df["metric"] == "fact.regime.healthy_steps", "value"].iloc[0] >= TINY["min_steps"]
     text, outputs = _outputs(tmp_path / "practice.ipynb")
-    assert "C12: inconclusive" in text and "n = 1 launches" in text and "PASS" in text
+    assert "C12: inconclusive" in text and "PASS" in text
+    assert "regime: guide's regime: a healthy run's step-time spread below 2.5%" in text
+    # in the regime the one launch is too few; outside it (2 shared cores: ~10 %) the regime says why
+    assert ("n = 1 launches" if cv < GATE_REGIME.max_cv else "inconclusive: regime: healthy step-time spread") in text
     assert "slow_link: not injected here" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
 
@@ -77,7 +86,7 @@ def cluster_run(emulated_cluster, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("practice") / "run"
     # 330 KB block reads at 1 MB/s: ~0.3 s each under slow_storage
     params = {"faults": CLUSTER_FAULTS, "phase_s": 2.0, "min_steps": 5, "warmup_steps": 1, "batch_size": 4,
-              "storage_read_bps": 1_000_000}
+              "storage_read_bps": 1_000_000, "calibration_s": 1.0}
     _, df = run_task_on_cluster(emulated_cluster, run_dir, "practice", params)
     return df, run_dir, emulated_cluster
 
