@@ -33,7 +33,8 @@ the gate can tell a fault from a healthy run only where a healthy run's step-tim
 beside the gate's 5 %. Each launch calibrates that spread in a healthy phase of its own before the
 judged ones (fact ``regime.healthy_step_cv``); only launches below 2.5 % are judged. The others,
 and launches that recorded no calibration, are named and give "inconclusive: regime ...", never
-"not reproduced": a noisy platform's false alarms say nothing about the gate. What never counts, from recorded facts only: a fault that
+"not reproduced": a noisy platform's false alarms say nothing about the gate (what the gate did
+there is still shown, per fault, as context). What never counts, from recorded facts only: a fault that
 was not applied (no emulated cluster for a link fault, no cgroup controller, no root: recorded
 *not injected* with the reason) and a phase where the gate could measure none of its checks.
 The detail names the faults the gate missed, and how often; for launches whose baseline failed
@@ -145,6 +146,7 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
     found: list[tuple[str, tuple]] = []
     per_fault: list[str] = []
     outside: list[str] = []
+    context: list[str] = []
     groups = launch_groups(evidence, ignore_params=("faults",))
     for group_text, launches in groups:
         spreads = list(launches[FACT_HEALTHY_CV]) if FACT_HEALTHY_CV in launches.columns else [None] * len(launches)
@@ -160,6 +162,9 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
             regime = GATE_REGIME.reason(spreads)
             found += [(group_text, (label, 0, 0, 0, 0, reference, regime))
                       for label, reference in ((CATCH_LABEL, CATCH), (QUIET_LABEL, QUIET))]
+            base = summaries[summaries["fault"] == NO_FAULT]
+            alarms = f"baseline failed the gate {int((base['gate_passed'] == False).sum())}/{len(base)}"  # noqa: E712
+            context += [f"{alarms}"] + _members(summaries)[1]
             continue
         members, lines = _members(in_group(summaries, judged))
         found += [(group_text, m) for m in members]
@@ -185,6 +190,8 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
     detail = what + f" Judged only in the guide's regime: {GATE_REGIME.guide()}, calibrated per launch."
     if outside:
         detail += " Not judged: " + "; ".join(outside) + "."
+    if context:
+        detail += " Out of the regime, shown and not judged: " + "; ".join(context) + "."
     detail += " Per fault: " + ("; ".join(per_fault) or "none") + "."
     missed = [line.split(":")[0] for line in per_fault if ", missed" in line]
     if missed:

@@ -137,6 +137,7 @@ def test_outside_the_guides_regime_a_failing_baseline_is_inconclusive_not_a_fals
     assert "inconclusive: regime: healthy step-time spread 9.0% (median of 7 calibration(s)) vs the guide's < 2.5%" \
         in row.measured
     assert "Not judged: 7 of 7 launch(es)" in row.detail
+    assert "Out of the regime, shown and not judged: baseline failed the gate 7/7" in row.detail
     assert "spread < 2.5%: 0/7 in" == row.regime_brief and "0 of 7 launch(es) within it" in row.regime
 
 
