@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["cluster_fixtures"]
+pytest_plugins = ["cluster_fixtures", "toy_runs"]
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_INTEGRATION = os.environ.get("HPCBENCH_REQUIRE_INTEGRATION") == "1"

@@ -306,7 +306,8 @@ def regime_facts(target_busy: float, reached_busy: float, link_rate_bps: float |
             FACT_RATE: float(link_rate_bps) if link_rate_bps is not None else math.nan}
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (a recorded fact may be missing, NaN or text), else None."""
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -326,7 +327,7 @@ def regime_status(params: Mapping[str, Any], facts: Mapping[str, Any], regime: G
     """
     if params.get(param, "fixed") != "guide":
         return FIXED
-    return MATCHED if regime.matches(_number(facts.get(FACT_REACHED))) else MISSED
+    return MATCHED if regime.matches(finite_number(facts.get(FACT_REACHED))) else MISSED
 
 
 def regime_reason(status: str, reached: Sequence[float], regime: GuideRegime) -> str | None:
@@ -337,7 +338,7 @@ def regime_reason(status: str, reached: Sequence[float], regime: GuideRegime) ->
     """
     if status == MATCHED:
         return None
-    got = sorted(v for v in (_number(r) for r in reached) if v is not None)
+    got = sorted(v for v in (finite_number(r) for r in reached) if v is not None)
     shown = f"{got[len(got) // 2]:.0%} busy" if got else "busy share not recorded"
     guide = f"the guide's {regime.target_busy:.0%} (+-{regime.tolerance * 100:.0f} points)"
     if status == FIXED:
@@ -353,7 +354,7 @@ def with_measured_busy(launches: Any, measured: Mapping[tuple[str, str], float])
     if len(launches) == 0:
         return launches
     recorded = list(launches[FACT_REACHED]) if FACT_REACHED in launches.columns else [None] * len(launches)
-    filled = [r if _number(r) is not None else measured.get((run, task), math.nan)
+    filled = [r if finite_number(r) is not None else measured.get((run, task), math.nan)
               for r, run, task in zip(recorded, launches["run_id"], launches["task_id"])]
     return launches.assign(**{FACT_REACHED: filled})
 
@@ -406,14 +407,14 @@ def regime_summary(regime: GuideRegime, launches: Any) -> str:
     guide = f"guide's regime: {regime.baseline} {regime.target_busy:.0%} busy"
     n = len(launches)
     target = launches[FACT_TARGET] if n and FACT_TARGET in launches.columns else None
-    calibrated = launches[[_number(v) is not None for v in target]] if target is not None else launches.iloc[0:0]
+    calibrated = launches[[finite_number(v) is not None for v in target]] if target is not None else launches.iloc[0:0]
     fixed = n - len(calibrated)
     context = f"; {fixed} fixed-link launch(es) shown as context" if fixed else ""
     if not len(calibrated):
         return f"{guide}; reached: no launch was calibrated to it (regime: guide), so the figure is not judged{context}"
-    reached = sorted(v for v in (_number(r) for r in calibrated.get(FACT_REACHED, [])) if v is not None)
+    reached = sorted(v for v in (finite_number(r) for r in calibrated.get(FACT_REACHED, [])) if v is not None)
     within = sum(regime.matches(v) for v in reached)
-    rates = sorted(v for v in (_number(r) for r in calibrated.get(FACT_RATE, [])) if v is not None)
+    rates = sorted(v for v in (finite_number(r) for r in calibrated.get(FACT_RATE, [])) if v is not None)
     shown = (f"median {reached[len(reached) // 2]:.0%} ({reached[0]:.0%}-{reached[-1]:.0%})" if reached
              else "busy share not recorded")
     link = f", link {rates[len(rates) // 2] / 1e6:.0f} Mbit/s (median)" if rates else ""
@@ -424,11 +425,11 @@ def regime_summary(regime: GuideRegime, launches: Any) -> str:
 def regime_brief(regime: GuideRegime, launches: Any) -> str:
     """:func:`regime_summary` in a few words for the ledger's summary row: ``61% busy: 4/5 in``."""
     target = launches[FACT_TARGET] if len(launches) and FACT_TARGET in launches.columns else None
-    calibrated = launches[[_number(v) is not None for v in target]] if target is not None else launches.iloc[0:0]
+    calibrated = launches[[finite_number(v) is not None for v in target]] if target is not None else launches.iloc[0:0]
     guide = f"{regime.target_busy:.0%} busy"  # the guide's baseline busy share
     if not len(calibrated):
         return f"{guide}: not calibrated"
-    within = sum(regime.matches(v) for v in (_number(r) for r in calibrated.get(FACT_REACHED, [])) if v is not None)
+    within = sum(regime.matches(v) for v in (finite_number(r) for r in calibrated.get(FACT_REACHED, [])) if v is not None)
     return f"{guide}: {within}/{len(calibrated)} in"
 
 

@@ -42,9 +42,10 @@ def estimate(cfg: AdvisorConfig) -> Estimate:
         f"all-reduces at the phase's link rate), the layout and probe all-reduces")
 
 
-#: Toy size (``hpcbench run advisor --toy``): two regimes, two steps each and a three-size probe: the advice on two
-#: phases in seconds.
-TOY = dict(regimes=["bandwidth", "latency"], bandwidth_batch_size=1, latency_batch_size=1, warmup_steps=1, steps=2,
+#: Toy size (``hpcbench run advisor --toy``): the three regimes at small batches, two steps each, one layout repeat
+#: and a three-size probe of one iteration whose largest size is beyond a token bucket's 128 KiB burst: the advice
+#: in every regime in seconds.
+TOY = dict(bandwidth_batch_size=1, latency_batch_size=1, compute_batch_size=4, warmup_steps=1, steps=2,
            layout_repeats=1, probe_sizes=[4096, 65536, 524288], probe_iters=1)
 
 

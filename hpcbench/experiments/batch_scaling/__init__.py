@@ -52,9 +52,9 @@ def estimate(cfg: BatchScalingConfig) -> Estimate:
               f"+ {approx_bytes(RANK_BYTES)} per rank process + {approx_bytes(TASK_BASE_BYTES)} per task")
 
 
-#: Toy size (``hpcbench run batch_scaling --toy``): two batch factors, two steps each: both regimes and the
-#: calibration path, not a curve.
-TOY = dict(factors=[1, 4], steps=2, calibration_steps=2)
+#: Toy size (``hpcbench run batch_scaling --toy``): a tiny GPT-2 on 32 tokens, a batch of 2, two batch factors, two
+#: steps each: both regimes and the calibration path, not a curve.
+TOY = dict(model="gpt2_tiny", base_batch=2, seq_len=32, factors=[1, 4], steps=2, calibration_steps=2)
 
 
 SPEC = register(Experiment(

@@ -28,10 +28,10 @@ def estimate(cfg: PracticeConfig) -> Estimate:
                           f"calibration")
 
 
-#: Toy size (``hpcbench run practice --toy``): the baseline and the two faults one machine can apply, 1.5 s each:
-#: each gate's mechanics, not its verdict.
-TOY = dict(faults=["none", "slow_storage", "cpu_contention"], phase_s=1.5, min_steps=3, warmup_steps=1, batch_size=4,
-           calibration_s=1.0)
+#: Toy size (``hpcbench run practice --toy``): the baseline, two faults one machine can apply and a link fault it
+#: must record as not injected, 1.5 s each: each gate's mechanics, not its verdict.
+TOY = dict(faults=["none", "cpu_contention", "slow_node", "slow_link"], phase_s=1.5, min_steps=5, warmup_steps=1,
+           batch_size=4, calibration_s=1.0)
 
 
 SPEC = register(Experiment(

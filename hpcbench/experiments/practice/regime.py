@@ -25,11 +25,11 @@ is a real false alarm and counts against the claim.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from hpcbench.core.facts import GUIDE_C12_STEP_TIME_CV_MAX
+from hpcbench.scale.regime import finite_number
 
 #: The launch fact: the calibration phase's step-time spread (std / mean, the gate's way).
 FACT_HEALTHY_CV = "regime.healthy_step_cv"
@@ -37,14 +37,6 @@ FACT_HEALTHY_CV = "regime.healthy_step_cv"
 FACT_HEALTHY_STEPS = "regime.healthy_steps"
 #: A launch's standing (:meth:`SpreadRegime.status`).
 IN_REGIME, OUT_OF_REGIME, NOT_RECORDED = "in regime", "out of regime", "regime not recorded"
-
-
-def _number(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 @dataclass(frozen=True)
@@ -58,12 +50,12 @@ class SpreadRegime:
 
     def status(self, cv: Any) -> str:
         """:data:`IN_REGIME`, :data:`OUT_OF_REGIME` or :data:`NOT_RECORDED` for a launch's recorded spread."""
-        v = _number(cv)
+        v = finite_number(cv)
         return NOT_RECORDED if v is None else IN_REGIME if v < self.max_cv else OUT_OF_REGIME
 
     def _spreads(self, launches: Any) -> list[float | None]:
         column = launches[FACT_HEALTHY_CV] if len(launches) and FACT_HEALTHY_CV in launches.columns else []
-        return [_number(v) for v in column] or [None] * len(launches)
+        return [finite_number(v) for v in column] or [None] * len(launches)
 
     def guide(self) -> str:
         return (f"a healthy run's step-time spread below {self.max_cv:.1%} (half the gate's {self.limit:.0%}: "

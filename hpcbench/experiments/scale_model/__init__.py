@@ -65,10 +65,10 @@ def estimate(cfg: ScaleModelConfig) -> Estimate:
                     basis=basis)
 
 
-#: Toy size (``hpcbench run scale_model --toy``): one link rate, all-reduce up to 64 KiB, three training steps: the
-#: fits and the prediction's mechanics.
-TOY = dict(link_rates=["1gbit"], ops=["all_reduce"], min_bytes=1024, max_bytes=65536, iters=2, steps=3, warmup_steps=1,
-           codec_repeats=1)
+#: Toy size (``hpcbench run scale_model --toy``): one link rate, all-reduce up to 64 KiB, three training steps of
+#: DDP and of the Python hook's 2-bit codec: the fits and the prediction's mechanics.
+TOY = dict(link_rates=["1gbit"], ops=["all_reduce"], modes=["ddp", "quant2bit"], min_bytes=1024, max_bytes=65536,
+           iters=2, steps=3, warmup_steps=1, codec_repeats=1)
 
 
 SPEC = register(Experiment(

@@ -1,7 +1,8 @@
 """The advisor experiment run for real, at tiny sizes on 4 gloo ranks (2 nodes x 2):
 
-* its notebook locally under papermill (emulated nodes on one loopback: the phases run unshaped, recorded
-  with why; the advisor still fits the loopback from the baseline's probe and picks);
+* its toy run through the CLI (`hpcbench run advisor --toy`, shared with tests/test_defaults.py): emulated
+  nodes on one loopback, so the phases run unshaped, recorded with why; the advisor still fits the loopback
+  from the baseline's probe and picks;
 * its notebook in a SLURM job on the emulated cluster, one launch per link phase (the slow link; then the
   latency and compute regimes, both on the cluster's 1 Gbit/s), the links reshaped for each phase and put
   back (checked in the records, in cluster.json and in tc's own report);
@@ -13,20 +14,19 @@ Its rule is tested from recorded records in tests/experiments/advisor/test_advis
 from __future__ import annotations
 
 import json
-import os
 
 import nbformat
 import pytest
 from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
-from conftest import execute_notebook
 
+from hpcbench.experiments import EXPERIMENTS
 from hpcbench.experiments.advisor.config import REGIME_NAMES, TECHNIQUES, AdvisorConfig
 from hpcbench.experiments.advisor.summary import summarize, verify_records
 
-#: Seconds per phase kept small: 1 warm-up + 2 timed steps, one layout repeat, a 3-size probe of 1 iteration
-#: whose largest size is beyond the token bucket's 128 KiB burst (smaller messages pass a tbf at line rate).
-TINY = dict(bandwidth_batch_size=1, latency_batch_size=1, compute_batch_size=4, warmup_steps=1, steps=2,
-            layout_repeats=1, probe_sizes=[4096, 65536, 524288], probe_iters=1)
+#: Seconds per phase kept small: the experiment's toy size (1 warm-up + 2 timed steps, one layout repeat, a 3-size
+#: probe of 1 iteration whose largest size is beyond the token bucket's 128 KiB burst: smaller messages pass a tbf
+#: at line rate).
+TINY = dict(EXPERIMENTS.get("advisor").toy)
 #: On the cluster the slow phase at 50 Mbit/s (weather_tiny's 1.5 MB then take ~0.4 s per ring all-reduce).
 SLOW = "50mbit"
 
@@ -37,15 +37,12 @@ def labels(df, metric):
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("advisor_nb")
-    saved = os.environ.pop("SLURM_CONF", None)  # one machine, no cluster: the unshaped path
-    try:
-        df, out_dir = execute_notebook("advisor", tmp, **TINY)
-    finally:
-        if saved is not None:
-            os.environ["SLURM_CONF"] = saved
-    return df, tmp
+def local_run(toy_runs):
+    """The session's `hpcbench run advisor --toy` (tests/toy_runs.py: one machine, no SLURM_CONF, so the
+    unshaped path; test_defaults reads it too)."""
+    run = toy_runs.get("advisor")
+    run.check_size(TINY)
+    return run.records(), run.notebook
 
 
 def test_local_notebook_runs_every_regime_and_technique_unshaped(local_run):
@@ -68,8 +65,8 @@ def test_local_notebook_runs_every_regime_and_technique_unshaped(local_run):
 
 
 def test_local_notebook_shows_the_advice_table_plot_and_an_inconclusive_verdict(local_run):
-    _, tmp = local_run
-    nb = nbformat.read(tmp / "advisor.ipynb", as_version=4)
+    _, notebook = local_run
+    nb = nbformat.read(notebook, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     assert text.count("  regime: ") == 3 and "byte term (beta x bytes)" in text and "predicted gain" in text

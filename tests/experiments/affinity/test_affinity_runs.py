@@ -11,7 +11,6 @@ import json
 import nbformat
 import pytest
 
-from conftest import execute_notebook
 from hpcbench.affinity import read_topology
 from hpcbench.core.errors import ConfigError
 from hpcbench.experiments.affinity.config import AffinityConfig
@@ -23,10 +22,11 @@ TINY = dict(ranks_per_node=2, batch_size=2, image_size=16, warmup_steps=1, steps
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("affinity_nb")
-    df, out_dir = execute_notebook("affinity", tmp, **TINY)
-    return df, out_dir, tmp
+def tiny_run(toy_runs):
+    """The session's `hpcbench run affinity --toy` (tests/toy_runs.py; test_defaults reads it too), at TINY."""
+    run = toy_runs.get("affinity")
+    run.check_size(TINY)
+    return run.records(), run.task_dir, run.notebook
 
 
 def rows(df, metric, **where):
@@ -78,9 +78,9 @@ def test_memory_pairs_say_what_they_got(tiny_run):
 
 
 def test_notebook_shows_plan_costs_plot_and_an_inconclusive_verdict(tiny_run):
-    df, _, tmp = tiny_run
+    df, _, notebook = tiny_run
     assert set(df["experiment"]) == {"affinity"}
-    nb = nbformat.read(tmp / "affinity.ipynb", as_version=4)
+    nb = nbformat.read(notebook, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     assert "## plan.srun" in text and "--cpu-bind=" in text and "#SBATCH" in text

@@ -7,7 +7,6 @@ import pytest
 from hpcbench.core.errors import ConfigError
 from hpcbench.experiments.batch_scaling.config import BatchScalingConfig
 from hpcbench.experiments.batch_scaling.summary import step_cost_model
-from conftest import execute_notebook
 
 
 @pytest.mark.parametrize("values, field", [
@@ -41,14 +40,16 @@ def test_step_cost_model_recovers_a_linear_step():
     assert "at most 4.75x" in fit.describe()
 
 
-def test_batch_scaling_notebook_runs_tiny(tmp_path):
-    df, _ = execute_notebook("batch_scaling", tmp_path, model="gpt2_tiny", base_batch=2, factors=[1, 4],
-                     steps=2, warmup_steps=1, seq_len=32)
+def test_batch_scaling_notebook_runs_tiny(toy_runs):
+    # the session's `hpcbench run batch_scaling --toy` (tests/toy_runs.py; test_defaults reads it too)
+    run = toy_runs.get("batch_scaling")
+    run.check_size(dict(model="gpt2_tiny", base_batch=2, factors=[1, 4], steps=2, warmup_steps=1, seq_len=32))
+    df = run.records()
     tput = df[df["metric"] == "throughput_per_rank"]
     assert len(tput) == 2 * 2 * 2 and (tput["value"] > 0).all()   # regimes x factors x steps
     mem = df[df["metric"] == "memory_per_rank"]
     assert len(mem) == 4 and (mem["value"] > 10).all() and mem["unit"].eq("MiB").all()
-    nb = nbformat.read(tmp_path / "batch_scaling.ipynb", as_version=4)
+    nb = nbformat.read(run.notebook, as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "per sample" in text and "C2: " in text and "measured:" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)

@@ -7,33 +7,34 @@ from __future__ import annotations
 import json
 
 import nbformat
+import pandas as pd
 import pytest
 
-from conftest import execute_notebook
 from hpcbench.core.errors import ConfigError
+from hpcbench.experiments import EXPERIMENTS
 from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
 from hpcbench.experiments.fault_tolerance.summary import summarize, verify_records
 
-TINY = dict(models=["gpt2_tiny"], zstd_levels=[0, 3], repeats=2, steps_between_saves=1, failures=3,
-            failure_light_every_s=0.3, failure_mtbf_s=0.3, overhead_saves=2, survival_jobs=4, survival_try_s=0.1,
-            survival_mtbf_s=0.15, seq_len=16)
+#: The experiment's toy size, which the shared run below ran at.
+TINY = dict(EXPERIMENTS.get("fault_tolerance").toy)
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ft_nb")
-    df, out_dir = execute_notebook("fault_tolerance", tmp, **TINY)
-    return df, out_dir, tmp
+def tiny_run(toy_runs):
+    """The session's `hpcbench run fault_tolerance --toy` (tests/toy_runs.py; test_defaults reads it too)."""
+    run = toy_runs.get("fault_tolerance")
+    run.check_size(TINY)
+    return run.records(), run.task_dir, run.notebook
 
 
 def labelled(df, metric, **where):
     rows = df[df["metric"] == metric]
     keep = [all(json.loads(s).get(k) == v for k, v in where.items()) for s in rows["labels"]]
-    return rows[keep]
+    return rows[pd.Series(keep, index=rows.index, dtype=bool)]  # a mask, so that no match keeps the columns
 
 
 def test_notebook_runs_tiny(tiny_run):
-    df, out_dir, tmp = tiny_run
+    df, out_dir, notebook = tiny_run
     assert set(df["experiment"]) == {"fault_tolerance"}
     summary = summarize(df)
     assert summary["ok"].all(), summary["problem"].iloc[0]
@@ -69,10 +70,14 @@ def test_notebook_runs_tiny(tiny_run):
         assert len(failed) == TINY["survival_jobs"] and ((tries >= 1) & (tries <= most)).all()
         assert (tries[failed == 1] == most).all()
         assert (labelled(df, "wrapper_policy_followed", mode=arm)["value"] == 1).all()
-    assert (labelled(df, "shard_repaired", phase="repair")["value"] == 1).all()
+    # each repair check (after a failed try that left damaged shards and has a next try) found them repaired;
+    # how many there are is the injector's draw: a toy run of 4 jobs may corrupt no shard at all
+    repaired = labelled(df, "shard_repaired", phase="repair")
+    corrupted = labelled(df, "job_corruptions", phase="survival", mode="wrapper")["value"].sum()
+    assert (repaired["value"] == 1).all() and len(repaired) <= corrupted
     assert labelled(df, "try_failed", phase="survival")["value"].sum() > 0  # the injector struck
     assert not list(out_dir.glob("checkpoints-*"))            # removed (keep_checkpoints off)
-    nb = nbformat.read(tmp / "fault_tolerance.ipynb", as_version=4)
+    nb = nbformat.read(notebook, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     assert "C11:" in text and "C15:" in text and "inconclusive" in text

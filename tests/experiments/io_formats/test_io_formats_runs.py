@@ -9,7 +9,6 @@ import shutil
 import nbformat
 import pytest
 
-from conftest import execute_notebook
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import RecordContext, RecordWriter
 from hpcbench.experiments.io_formats.config import IoFormatsConfig
@@ -24,14 +23,15 @@ TINY = dict(images=24, classes=3, mean_image_kb=20, shard_size=100_000, workers=
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("io_nb")
-    df, out_dir = execute_notebook("io_formats", tmp, **TINY)
-    return df, out_dir, tmp
+def tiny_run(toy_runs):
+    """The session's `hpcbench run io_formats --toy` (tests/toy_runs.py; test_defaults reads it too), at TINY."""
+    run = toy_runs.get("io_formats")
+    run.check_size(TINY)
+    return run.records(), run.task_dir, run.notebook
 
 
 def test_notebook_runs_tiny(tiny_run):
-    df, out_dir, tmp = tiny_run
+    df, out_dir, notebook = tiny_run
     assert set(df["experiment"]) == {"io_formats"}
     summary = summarize(df)
     sweep = summary[summary["phase"] == "sweep"]
@@ -57,7 +57,7 @@ def test_notebook_runs_tiny(tiny_run):
     assert len(orders) >= 1 and all(sorted(o.split(", ")) == sorted(orders[0].split(", ")) for o in orders)
     assert len(orders[0].split(", ")) == 4 * 2
     assert not (out_dir / "data").exists()                       # generated data removed (keep_data off)
-    nb = nbformat.read(tmp / "io_formats.ipynb", as_version=4)
+    nb = nbformat.read(notebook, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     assert "C4:" in text and "C5:" in text

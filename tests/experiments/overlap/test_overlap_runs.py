@@ -11,7 +11,6 @@ import json
 import nbformat
 import pytest
 
-from conftest import execute_notebook
 from hpcbench.core.errors import ConfigError
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
 from hpcbench.experiments.overlap.summary import summarize, verify_records
@@ -21,10 +20,11 @@ TINY = dict(models=["weather_tiny"], micro_steps=[1, 4], batch_size=2, warmup_st
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("overlap_nb")
-    df, out_dir = execute_notebook("overlap", tmp, **TINY)
-    return df, out_dir, tmp
+def tiny_run(toy_runs):
+    """The session's `hpcbench run overlap --toy` (tests/toy_runs.py; test_defaults reads it too), at TINY."""
+    run = toy_runs.get("overlap")
+    run.check_size(TINY)
+    return run.records(), run.task_dir, run.notebook
 
 
 def one(df, metric, **where):
@@ -71,8 +71,8 @@ def test_notebook_checks_hold(tiny_run):
 
 
 def test_notebook_shows_table_plot_and_an_inconclusive_verdict_on_loopback(tiny_run):
-    _, _, tmp = tiny_run
-    nb = nbformat.read(tmp / "overlap.ipynb", as_version=4)
+    _, _, notebook = tiny_run
+    nb = nbformat.read(notebook, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     assert "PASS" in text and "C9: inconclusive" in text and "not applicable" in text and "loopback" in text

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from cluster_fixtures import require_cluster_prerequisites, run_task_on_cluster
-from conftest import execute_notebook, missing
+from conftest import missing
 
 from hpcbench.affinity.applied import allowed_cpus
 from hpcbench.cluster import network
@@ -39,6 +39,8 @@ from hpcbench.experiments.practice.summary import summarize, verify_records
 
 #: Tiny phases: a few seconds each, at least 5 steps for the gate's spread, small batches.
 TINY = dict(phase_s=1.5, min_steps=5, warmup_steps=1, batch_size=4, calibration_s=1.0)
+#: The faults one machine can apply (CPU contention, a slow node's CPU quota) and a link fault it cannot.
+LOCAL_FAULTS = ["none", "cpu_contention", "slow_node", "slow_link"]
 #: The cluster run: the baseline and two faults that need the cluster's pieces (a blkio cgroup, a node's link).
 CLUSTER_FAULTS = ["none", "slow_storage", "slow_link"]
 
@@ -49,9 +51,12 @@ def _outputs(path: Path) -> tuple[str, list]:
     return "".join(o.get("text", "") for o in outputs), outputs
 
 
-def test_notebook_runs_on_one_machine_with_the_faults_that_need_no_cluster(tmp_path):
-    faults = ["none", "cpu_contention", "slow_node", "slow_link"]
-    df, _ = execute_notebook("practice", tmp_path, nodes=2, ranks_per_node=1, faults=faults, **TINY)
+def test_notebook_runs_on_one_machine_with_the_faults_that_need_no_cluster(toy_runs):
+    # the session's `hpcbench run practice --toy` (tests/toy_runs.py; test_defaults reads it too)
+    faults = LOCAL_FAULTS
+    run = toy_runs.get("practice")
+    run.check_size({"nodes": 2, "ranks_per_node": 1, "faults": faults, **TINY})
+    df = run.records()
     s = summarize(df).set_index("fault")
     assert list(s.index) == faults
     assert s["steps"].ge(TINY["min_steps"]).all() and s["gate_passed"].notna().all()
@@ -71,7 +76,7 @@ def test_notebook_runs_on_one_machine_with_the_faults_that_need_no_cluster(tmp_p
     per_rank = sorted(df.loc[df["metric"] == "healthy_step_cv", "value"])
     assert len(per_rank) == 2 and cv == pytest.approx(sum(per_rank) / 2) and 0 < cv < 1
     assert df.loc[df["metric"] == "fact.regime.healthy_steps", "value"].iloc[0] >= TINY["min_steps"]
-    text, outputs = _outputs(tmp_path / "practice.ipynb")
+    text, outputs = _outputs(run.notebook)
     assert "C12: inconclusive" in text and "PASS" in text
     assert "regime: guide's regime: a healthy run's step-time spread below 2.5%" in text
     # in the regime the one launch is too few; outside it (2 shared cores: ~10 %) the regime says why

@@ -13,7 +13,6 @@ import math
 import nbformat
 import pytest
 from cluster_fixtures import SESSION_STATE_DIR, require_cluster_prerequisites, run_task_on_cluster
-from conftest import execute_notebook
 
 from hpcbench.cluster import network
 from hpcbench.cluster.network import parse_rate
@@ -33,9 +32,12 @@ def _outputs(path) -> tuple[str, list]:
     return text, outputs
 
 
-def test_notebook_runs_one_unshaped_phase_without_the_cluster(tmp_path, monkeypatch):
-    monkeypatch.delenv("SLURM_CONF", raising=False)  # one machine: no cluster to find
-    df, _ = execute_notebook("scale_model", tmp_path, modes=["ddp", "quant2bit"], **TINY)
+def test_notebook_runs_one_unshaped_phase_without_the_cluster(toy_runs):
+    # the session's `hpcbench run scale_model --toy` (tests/toy_runs.py: one machine, no SLURM_CONF, so no
+    # cluster to find; test_defaults reads it too)
+    run = toy_runs.get("scale_model")
+    run.check_size({**TINY, "modes": ["ddp", "quant2bit"]})
+    df = run.records()
     s = summarize(df)
     steps = s[s["row"] == "step"]
     assert set(steps["link_rate"]) == {UNSHAPED} and list(steps["mode"]) == ["ddp", "quant2bit"]
@@ -53,7 +55,7 @@ def test_notebook_runs_one_unshaped_phase_without_the_cluster(tmp_path, monkeypa
     driver = df[df["metric"] == "link_rate_bps"]
     assert driver["value"].isna().all() and driver["text"].iloc[0] == NO_CLUSTER
     assert not (df["metric"] == "link_restored").any()
-    text, outputs = _outputs(tmp_path / "scale_model.ipynb")
+    text, outputs = _outputs(run.notebook)
     assert "C1: inconclusive" in text and "shaped link" in text
     assert ("PASS" in text or "FAIL" in text) and "unshaped ddp" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
