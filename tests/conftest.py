@@ -26,6 +26,9 @@ pytest_plugins = ["cluster_fixtures", "toy_runs"]
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_INTEGRATION = os.environ.get("HPCBENCH_REQUIRE_INTEGRATION") == "1"
+# The SLURM backend looks at its jobs every 0.5 s here, not every 2 s: the cluster tests' jobs are short, and a
+# job's end is otherwise seen ~1 s late on average (tests/test_slurm_backend.py alone runs ~25 jobs).
+os.environ.setdefault("HPCBENCH_SLURM_POLL_S", "0.5")
 # Popped: pytest sessions that tests start themselves (tests/test_new_experiment.py) must not write it.
 CENSUS = os.environ.pop("HPCBENCH_TEST_CENSUS", None)
 _census: list[dict] = []

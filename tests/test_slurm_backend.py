@@ -57,6 +57,15 @@ def test_collectives_across_two_nodes(slurm_env, tmp_path):
     assert intra > crossing.median()
 
 
+@pytest.mark.parametrize("raw", ["fast", "0", "nan", "601"])
+def test_a_bad_poll_interval_is_refused_with_its_name(raw):
+    from hpcbench.run.backends.slurm import SlurmError, poll_interval_s
+
+    with pytest.raises(SlurmError, match=f"HPCBENCH_SLURM_POLL_S='{raw}'"):
+        poll_interval_s({"HPCBENCH_SLURM_POLL_S": raw})
+    assert poll_interval_s({}) == 2.0 and poll_interval_s({"HPCBENCH_SLURM_POLL_S": "0.5"}) == 0.5
+
+
 def _next_job_id(env) -> str:
     out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env=env, timeout=30,
                          check=True).stdout

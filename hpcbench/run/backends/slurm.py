@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import Any, Mapping
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.paths import TEMPLATES_ENV, templates_dir
@@ -155,9 +155,25 @@ def _log_tail(path: str | None, limit: int = 64 << 10) -> str:
         return ""
 
 
+#: Seconds between the runner's looks at its jobs (squeue and the tasks' status files): a job's end is seen up
+#: to this late. 2 s by default; a site that asks for gentle squeue use can raise it, the tests lower it.
+POLL_ENV = "HPCBENCH_SLURM_POLL_S"
+
+
+def poll_interval_s(env: Mapping[str, str] = os.environ) -> float:
+    """``$HPCBENCH_SLURM_POLL_S`` (default 2), refused with its name unless a number of seconds in [0.1, 600]."""
+    raw = env.get(POLL_ENV, "2")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.1 <= value <= 600:
+        raise SlurmError(f"{POLL_ENV}={raw!r}: expected the seconds between two looks at the jobs, 0.1 to 600")
+    return value
+
+
 class SlurmBackend(Backend):
     name = "slurm"
-    poll_interval_s = 2.0
     #: ``options["retries"]`` is honoured (the runner refuses it for backends without this).
     retries_supported = True
 
@@ -167,6 +183,7 @@ class SlurmBackend(Backend):
                 raise SlurmError(f"{exe} is not on PATH: the SLURM backend needs the SLURM client commands "
                                  "(Debian: apt-get install slurm-client; for the emulated cluster: hpcbench cluster up)")
         sbatch_directives(options)  # bad site options fail before the run dir exists
+        poll_interval_s()
         proc = _client(["squeue", "-h", "-o", "%i"], check=False)
         if proc.returncode != 0:
             raise SlurmError(unreachable_message(proc.stderr or proc.stdout, os.environ.get("SLURM_CONF")))
@@ -361,7 +378,7 @@ class SlurmBackend(Backend):
                     ctx.progress.done(st)
             ctx.progress.tick(running, pending=counts.get("PENDING", 0), running=counts.get("RUNNING", 0))
             if len(final) < len(tasks):
-                time.sleep(self.poll_interval_s)
+                time.sleep(poll_interval_s())
         order = {t.task_id: i for i, t in enumerate(tasks)}
         return sorted(final.values(), key=lambda s: order[s.task_id])
 
