@@ -33,8 +33,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+# Two pytest sessions side by side: the tests on the emulated cluster (which wait on SLURM and timed
+# phases) beside the local ones (tests/lanes.py); each lane's whole output lands in results/test-lanes/.
 test: setup
-	$(PY) -m pytest -ra --durations=15 tests
+	$(PY) tests/lanes.py -ra --durations=15 tests
 
 # The same run, with each test's wall and CPU time recorded (tests/conftest.py) and summed per file.
 test-census: setup

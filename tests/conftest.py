@@ -57,6 +57,19 @@ def pytest_sessionfinish(session, exitstatus):
         Path(CENSUS).write_text(json.dumps(_census, indent=0))
 
 
+#: Tests that use the emulated SLURM cluster: ``make test`` runs them in a lane of their own beside the rest
+#: (tests/lanes.py), since one machine holds one cluster and its tests must not overlap each other.
+CLUSTER_FIXTURE = "emulated_cluster"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test whose fixtures reach the session cluster ``cluster`` (``-m cluster`` / ``-m "not cluster"``
+    are the two lanes); a test that brings a cluster up by itself carries the mark explicitly."""
+    for item in items:
+        if CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) and not item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)
+
+
 def missing(reason: str) -> None:
     """Skip (locally) or fail (in CI) because a system piece is absent."""
     if REQUIRE_INTEGRATION:

@@ -129,6 +129,7 @@ def test_prerequisites_are_installed():
     assert check_prerequisites() == []
 
 
+@pytest.mark.cluster  # down looks at the live network: beside a cluster coming up it would take that one down
 def test_down_when_nothing_is_up_is_harmless(tmp_path):
     cluster_down(tmp_path / "never-up")
     with pytest.raises(ClusterError, match="no emulated cluster"):

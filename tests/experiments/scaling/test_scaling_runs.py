@@ -96,6 +96,7 @@ def four_node_run(tmp_path_factory):
     return df, nodes
 
 
+@pytest.mark.cluster  # its own 4-node cluster in place of the session's: never beside another cluster test
 def test_three_stages_run_on_four_cluster_nodes(four_node_run):
     df, nodes = four_node_run
     assert nodes == ["n1", "n2", "n3", "n4"]

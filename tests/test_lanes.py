@@ -1,0 +1,65 @@
+"""make test's two lanes (tests/lanes.py): which tests go to the cluster lane, the lanes' command lines, the
+slowest tests read from their JUnit files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from lanes import NO_TESTS, lane_args, lane_command, main, slowest
+
+
+def collected(marker: str, *paths: str) -> set[str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-m", marker,
+                           *paths], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode in (0, NO_TESTS), proc.stdout + proc.stderr
+    return {line.split("::", 1)[1] for line in proc.stdout.splitlines() if "::" in line}
+
+
+def test_tests_on_the_cluster_and_those_that_bring_one_up_or_down_are_in_the_cluster_lane():
+    paths = ("tests/test_cluster.py", "tests/experiments/scaling/test_scaling_runs.py")
+    cluster, local = collected("cluster", *paths), collected("not cluster", *paths)
+    assert not cluster & local
+    # through the emulated_cluster fixture
+    assert {"test_srun_lands_on_two_named_nodes", "test_up_is_idempotent_and_down_leaves_nothing"} <= cluster
+    # marked by hand: its own 4-node cluster; a cluster_down that looks at the live network
+    assert {"test_three_stages_run_on_four_cluster_nodes", "test_down_when_nothing_is_up_is_harmless"} <= cluster
+    # no cluster at all
+    assert {"test_spec_reads_tc_units", "test_notebook_stops_before_stage_two_when_the_gate_fails_at_stage_one"} <= local
+
+
+def test_a_marker_expression_of_the_caller_is_combined_with_the_lanes(tmp_path):
+    cmd = lane_command("not cluster", ["-ra", "-m", "slow", "tests"], tmp_path / "j.xml")
+    assert cmd[1:5] == ["-m", "pytest", "-m", "(slow) and (not cluster)"] and cmd.count("-m") == 2
+    assert cmd[-2:] == ["-ra", "tests"]
+    assert lane_args("cluster", ["tests"]) == ["-p", "no:cacheprovider", "tests"]
+    assert lane_args("local", ["tests"]) == ["tests"]
+    with pytest.raises(SystemExit, match="-m needs an expression"):
+        lane_command("cluster", ["-m"], tmp_path / "j.xml")
+
+
+def test_slowest_reads_both_lanes_junit_files(tmp_path):
+    (tmp_path / "a.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_a" name="t1" time="3.5"/>'
+        '<testcase classname="tests.test_a" name="t2" time="0.5"/></testsuite></testsuites>')
+    (tmp_path / "b.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_b" name="t3" time="9"/></testsuite></testsuites>')
+    rows = slowest({"cluster": tmp_path / "a.xml", "local": tmp_path / "b.xml", "gone": tmp_path / "c.xml"}, n=2)
+    assert rows == [(9.0, "local", "tests.test_b::t3"), (3.5, "cluster", "tests.test_a::t1")]
+
+
+def test_the_runner_passes_when_both_lanes_pass_and_fails_with_the_failing_lane(tmp_path, capsys):
+    ok, bad = tmp_path / "test_ok.py", tmp_path / "test_bad.py"
+    ok.write_text("import pytest\n\n@pytest.mark.cluster\ndef test_c():\n    pass\n\ndef test_l():\n    pass\n")
+    lanes = tmp_path / "lanes"  # not results/test-lanes/: make test's own lanes write there
+    assert main(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(ok)], out=lanes) == 0
+    out = capsys.readouterr().out
+    assert "[cluster] " in out and "[local  ] " in out and "cluster lane: passed" in out and "local lane: passed" in out
+    bad.write_text("def test_l():\n    assert 1 == 2\n")
+    assert main(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(bad)], out=lanes) == 1
+    out = capsys.readouterr().out
+    assert "cluster lane: selected no test" in out and "local lane: FAILED (exit 1)" in out
+    assert "assert 1 == 2" in (lanes / "local.log").read_text()
