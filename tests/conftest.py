@@ -57,17 +57,26 @@ def pytest_sessionfinish(session, exitstatus):
         Path(CENSUS).write_text(json.dumps(_census, indent=0))
 
 
-#: Tests that use the emulated SLURM cluster: ``make test`` runs them in a lane of their own beside the rest
-#: (tests/lanes.py), since one machine holds one cluster and its tests must not overlap each other.
+#: Tests that use the emulated SLURM cluster: marked ``cluster``. ``make test`` runs them in a lane of their own
+#: beside the rest (tests/lanes.py), since one machine holds one cluster and its tests must not overlap each other.
 CLUSTER_FIXTURE = "emulated_cluster"
+#: Local test files that the cluster lane runs too, to even the two lanes out: alone, the cluster lane ended
+#: 6 min before the local one (877 s against 1,248 s, 2026-12-02). Picked by `make test-census`'s wall times
+#: (~135 s one after another); none shares a session fixture (the toy runs, the demo run) with the local lane.
+CLUSTER_LANE_COMPANIONS = ("tests/test_suite.py", "tests/test_verdict.py", "tests/test_runner_signals.py",
+                           "tests/test_gpu_check.py", "tests/test_new_experiment.py", "tests/test_compression.py",
+                           "tests/test_report.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test whose fixtures reach the session cluster ``cluster`` (``-m cluster`` / ``-m "not cluster"``
-    are the two lanes); a test that brings a cluster up by itself carries the mark explicitly."""
+    """Mark every test whose fixtures reach the session cluster ``cluster`` (a test that brings a cluster up or
+    down by itself carries the mark explicitly), and those and the companions above ``cluster_lane``: make
+    test's lanes are ``-m cluster_lane`` and ``-m "not cluster_lane"``."""
     for item in items:
         if CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) and not item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
+        if item.get_closest_marker("cluster") or item.nodeid.split("::")[0] in CLUSTER_LANE_COMPANIONS:
+            item.add_marker(pytest.mark.cluster_lane)
 
 
 def missing(reason: str) -> None:

@@ -8,8 +8,11 @@ cores idle; run beside them, the local tests fill it. The cluster tests stay in 
 machine, one test at a time on it), and the local tests in another (their session fixtures: the toy runs, the
 demo-suite run), so nothing runs twice.
 
+The cluster lane also runs a few local files that share nothing with the local lane
+(``CLUSTER_LANE_COMPANIONS`` in tests/conftest.py), so that both lanes end near the same time.
+
 Usage: ``python tests/lanes.py [pytest arguments]``: each lane gets the same arguments and its marker
-expression (``-m cluster`` / ``-m "not cluster"``); its output is streamed with the lane's name in front of
+expression (``-m cluster_lane`` / ``-m "not cluster_lane"``); its output is streamed with the lane's name in front of
 each line and kept whole under ``results/test-lanes/`` (what a failure's traceback is read from). The exit
 status is the first failing lane's (a lane that selected no test counts as passed), and the last lines say
 how long each lane and the whole run took, and list the slowest tests of both lanes together.
@@ -30,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: Where each lane's whole output and its JUnit XML are kept.
 OUT = REPO / "results" / "test-lanes"
 #: The lanes: name and marker expression. The cluster lane comes first: it holds the longest single waits.
-LANES = (("cluster", "cluster"), ("local", "not cluster"))
+LANES = (("cluster", "cluster_lane"), ("local", "not cluster_lane"))
 #: pytest's exit status when a session selected no test (a lane may legitimately select none).
 NO_TESTS = 5
 SLOWEST = 15

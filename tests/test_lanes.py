@@ -29,6 +29,10 @@ def test_tests_on_the_cluster_and_those_that_bring_one_up_or_down_are_in_the_clu
     assert {"test_three_stages_run_on_four_cluster_nodes", "test_down_when_nothing_is_up_is_harmless"} <= cluster
     # no cluster at all
     assert {"test_spec_reads_tc_units", "test_notebook_stops_before_stage_two_when_the_gate_fails_at_stage_one"} <= local
+    # make test's cluster lane: those, and the local companions that even the lanes out
+    lane = collected("cluster_lane", *paths, "tests/test_verdict.py")
+    assert cluster <= lane and not (local & lane) and any(name.startswith("test_") for name in lane - cluster)
+    assert not collected("cluster", "tests/test_verdict.py")
 
 
 def test_a_marker_expression_of_the_caller_is_combined_with_the_lanes(tmp_path):
@@ -53,7 +57,7 @@ def test_slowest_reads_both_lanes_junit_files(tmp_path):
 
 def test_the_runner_passes_when_both_lanes_pass_and_fails_with_the_failing_lane(tmp_path, capsys):
     ok, bad = tmp_path / "test_ok.py", tmp_path / "test_bad.py"
-    ok.write_text("import pytest\n\n@pytest.mark.cluster\ndef test_c():\n    pass\n\ndef test_l():\n    pass\n")
+    ok.write_text("import pytest\n\n@pytest.mark.cluster_lane\ndef test_c():\n    pass\n\ndef test_l():\n    pass\n")
     lanes = tmp_path / "lanes"  # not results/test-lanes/: make test's own lanes write there
     assert main(["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(ok)], out=lanes) == 0
     out = capsys.readouterr().out
