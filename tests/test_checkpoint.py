@@ -27,8 +27,8 @@ import torch
 from conftest import REPO, missing
 from hpcbench.core.errors import CheckpointError, ConfigError
 from hpcbench.fault.async_save import AsyncCheckpointer
-from hpcbench.fault.checkpoint import (CheckpointManager, CheckpointPolicy, compress_bytes, decompress_bytes,
-                                       remove_torn)
+from hpcbench.fault.checkpoint import (CheckpointManager, CheckpointPolicy, compress_bytes, compress_into,
+                                       decompress_bytes, remove_torn, serialize_state)
 from hpcbench.fault.sharded import apply_model_optimizer_state, load_sharded, model_optimizer_state, save_sharded
 from hpcbench.fault.state import capture_full, capture_light, params_sha256, restore
 from hpcbench.fault.train import MODELS, TrainConfig, train
@@ -192,6 +192,50 @@ def test_compress_helpers_round_trip_and_refuse_a_truncated_frame():
     assert compress_bytes(data, 0) is data
     with pytest.raises(CheckpointError, match="zstd"):
         decompress_bytes(packed[:-4])
+
+
+def test_serialize_into_a_reused_buffer_gives_torch_saves_bytes():
+    import io
+
+    big = {"w": torch.randn(50_000), "m": [torch.arange(7.0), {"step": 3}]}
+    small = {"w": torch.randn(10)}
+    expected = {}
+    for name, state in (("big", big), ("small", small)):
+        plain = io.BytesIO()
+        torch.save(state, plain)
+        expected[name] = plain.getvalue()
+    buf, n = serialize_state(small)  # sized from the tensors
+    assert bytes(buf[:n]) == expected["small"]
+    grown, n = serialize_state(big, buf)  # a larger state grows the buffer it is given
+    assert bytes(grown[:n]) == expected["big"] and len(grown) >= n
+    again, n = serialize_state(small, grown)  # a smaller one reuses it; bytes past n are the last save's
+    assert again is grown and bytes(again[:n]) == expected["small"]
+    assert torch.equal(torch.load(io.BytesIO(bytes(again[:n])), weights_only=True)["w"], small["w"])
+
+
+def test_compress_into_a_reused_buffer_writes_one_sized_frame():
+    import zstandard
+
+    data = bytes(range(256)) * 40_000  # > one 8 MiB input slice
+    out = bytearray(b"x" * 10)
+    n = compress_into(memoryview(data), 3, out)
+    frame = bytes(out[:n])
+    assert zstandard.get_frame_parameters(frame).content_size == len(data)
+    assert decompress_bytes(frame) == data
+    with pytest.raises(CheckpointError, match="zstd"):
+        decompress_bytes(frame[:-4])
+    assert compress_into(memoryview(data[:1000]), 1, out) < n  # the same buffer, a smaller frame
+    with pytest.raises(CheckpointError, match="level 0"):
+        compress_into(memoryview(data), 0, out)
+
+
+def test_saves_of_changing_sizes_through_one_manager_each_load_whole(tmp_path):
+    manager = CheckpointManager(tmp_path, _policy(keep_full=5, keep_light=5, zstd_level=3), host="h")
+    states = [{"w": torch.randn(n)} for n in (1000, 100_000, 10)]
+    for step, state in enumerate(states, 1):
+        manager.save("full", step, state)
+    for info, state in zip(manager.list(), states):
+        assert info.valid and torch.equal(manager.load(info)["w"], state["w"])
 
 
 def test_retention_keeps_the_last_k_of_each_tier(tmp_path):

@@ -196,15 +196,10 @@ def _policy(cfg: FaultToleranceConfig, **steps: int):
 
 def measure_compression(cfg: FaultToleranceConfig, tr: Training, writer: RecordWriter, progress) -> None:
     """zstd at every level over the serialized weights."""
-    import io
+    from hpcbench.fault.checkpoint import compress_bytes, serialize_state
 
-    import torch
-
-    from hpcbench.fault.checkpoint import compress_bytes
-
-    buf = io.BytesIO()
-    torch.save(tr.model.state_dict(), buf)
-    raw = buf.getbuffer()
+    buf, size = serialize_state(tr.model.state_dict())
+    raw = memoryview(buf)[:size]
     line = []
     for level in cfg.zstd_levels:
         labels = {"phase": "compression", "model": tr.spec.name, "dtype": tr.dtype_name, "part": "weights",
@@ -222,8 +217,8 @@ def measure_compression(cfg: FaultToleranceConfig, tr: Training, writer: RecordW
         writer.add("bytes_written", written, "B", labels=labels)
         line.append(f"L{level} {len(raw) / written:.3f}x")
     progress(f"{tr.spec.name} {tr.dtype_name} weights ({len(raw) / 1e6:.1f} MB): " + ", ".join(line))
-    del raw
-    buf.close()
+    raw.release()
+    del buf
 
 
 # -- 2. tiered saves ---------------------------------------------------------------------------
