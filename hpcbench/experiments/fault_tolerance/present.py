@@ -15,6 +15,30 @@ from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, 
 TIER_ORDER = {"full": 0, "light": 1}
 
 
+def attempt_table(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Table | None:
+    """The wrapper arm's failed share of tries by attempt (1st, 2nd, 3rd), exact intervals: context for the
+    p_try^3 model, which takes every try as failing alike (records from before 2026-12-03 lack it: None)."""
+    per = pick(stats[stats["phase"] == "attempts"], "attempt_failed") if "phase" in stats.columns else stats.iloc[0:0]
+    if not len(per) or "attempt" not in per.columns:
+        return None
+    rows = []
+    for s, v in pairs:
+        mine = per[(per["source"] == s) & (per["variant"] == v)]
+        for attempt, g in sorted(mine.groupby(mine["attempt"].astype(float).astype(int)), key=lambda kv: kv[0]):
+            n = int(g["n"].sum())
+            k = round(float((g["mean"] * g["n"]).sum()))
+            low, high = clopper_pearson(k, n)
+            rows.append([Cell(f"{s} · {v}"), Cell(str(attempt)), Cell(str(n)),
+                         Cell(f"{fmt_number(k / n, 3)} [{fmt_number(low, 3)}, {fmt_number(high, 3)}]" if n else "—")])
+    if not rows:
+        return None
+    return Table(columns=["series", "attempt", "tries", "failed share [95 % exact]"], rows=rows,
+                 id="fault-tolerance-attempts",
+                 caption="the wrapper arm's tries by attempt: p_try^3 takes a retry (on repaired data, after a kill) "
+                         "to fail as often as a first try; this table is what to read when the measured share of "
+                         "failed jobs departs from it (context, not a verdict; all repetitions pooled)")
+
+
 def _value(frame: pd.DataFrame, src: str, var: str, column: str = "p50", **where: Any) -> float:
     sel = frame[(frame["source"] == src) & (frame["variant"] == var)]
     for key, val in where.items():
@@ -179,6 +203,9 @@ def present_fault_tolerance(data: ExperimentData) -> list[Section]:
                                             "1, under one independent injector (SIGKILL of the running try, or a "
                                             "flipped byte in a data shard, at exponential times); p_try = failed tries "
                                             "/ tries of both arms; all repetitions pooled"))
+        attempts = attempt_table(stats, pairs)
+        if attempts is not None:
+            section.tables.append(attempts)
         from matplotlib.figure import Figure as MplFigure
 
         fig = MplFigure(figsize=(5.5, 3.6))

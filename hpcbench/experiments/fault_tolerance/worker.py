@@ -832,6 +832,12 @@ def measure_survival_jobs(cfg: FaultToleranceConfig, work: Path, writer: RecordW
                     writer.add("try_failed", 1.0 if rc else 0.0, "bool", step=seq, labels=labels)
                     writer.add("try_exit_status", rc, "code", step=seq, labels=labels)
                     writer.add("try_seconds", end - start, "s", step=seq, labels=labels)
+                    if tries > 1:
+                        # context for the p_try^3 model, which takes every try as alike: does a retry (on
+                        # repaired data, after a kill) fail as often as a first try? Recorded apart, so the
+                        # pooled p_try the C15 rule reads is the same as before.
+                        writer.add("attempt_failed", 1.0 if rc else 0.0, "bool", step=seq,
+                                   labels={"phase": "attempts", "mode": arm, "tries": tries, "attempt": k + 1})
                     tries_seen[0] += rc != 0
                     tries_seen[1] += 1
                     seq += 1

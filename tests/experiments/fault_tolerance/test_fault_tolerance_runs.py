@@ -76,6 +76,15 @@ def test_notebook_runs_tiny(tiny_run):
     corrupted = labelled(df, "job_corruptions", phase="survival", mode="wrapper")["value"].sum()
     assert (repaired["value"] == 1).all() and len(repaired) <= corrupted
     assert labelled(df, "try_failed", phase="survival")["value"].sum() > 0  # the injector struck
+    # the wrapper's tries again, by attempt (context for p_try^3): the same tries and failures, one first attempt
+    # per job, and an attempt k > 1 only after k - 1 failed ones of that job
+    attempts = labelled(df, "attempt_failed", phase="attempts")
+    wrapper_tries = labelled(df, "try_failed", phase="survival", mode="wrapper")
+    assert len(attempts) == len(wrapper_tries) and attempts["value"].sum() == wrapper_tries["value"].sum()
+    numbers = [json.loads(s)["attempt"] for s in attempts["labels"]]
+    assert numbers.count(1) == TINY["survival_jobs"] and set(numbers) <= {1, 2, 3}
+    failed_at = {k: sum(v for n, v in zip(numbers, attempts["value"]) if n == k) for k in (1, 2)}
+    assert numbers.count(2) == failed_at[1] and numbers.count(3) == failed_at[2]
     assert not list(out_dir.glob("checkpoints-*"))            # removed (keep_checkpoints off)
     nb = nbformat.read(notebook, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
@@ -117,7 +126,9 @@ def test_presenter_renders_the_tiny_run(tiny_run):
     sections = EXPERIMENTS.get("fault_tolerance").present(ExperimentData("fault_tolerance", ["run"], stats, text, None))
     ids = [t.id for t in sections[0].tables]
     assert {"fault-tolerance-tiers", "fault-tolerance-levels", "fault-tolerance-stall", "fault-tolerance-recovery",
-            "fault-tolerance-survival", "fault-tolerance-overhead"} <= set(ids)
+            "fault-tolerance-survival", "fault-tolerance-overhead", "fault-tolerance-attempts"} <= set(ids)
+    by_attempt = sections[0].tables[ids.index("fault-tolerance-attempts")]
+    assert [row[1].text for row in by_attempt.rows][0] == "1" and int(by_attempt.rows[0][2].text) == TINY["survival_jobs"]
     tiers = sections[0].tables[ids.index("fault-tolerance-tiers")]
     assert len(tiers.rows) == 4
     assert sections[0].figures and sections[0].figures[0].data
