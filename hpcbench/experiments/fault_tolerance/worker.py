@@ -625,7 +625,7 @@ def make_survival_data(folder: Path, seed: int) -> tuple[Path, list[str]]:
 class InjectedEvent:
     """One failure of the injector: when, what, and whether a try was there to strike."""
 
-    at: float           #: time.time()
+    at: float           #: time.time() when it found its target (or none), before it acted
     kind: str           #: "kill" or "corrupt"
     job: tuple | None   #: the job it struck (index, arm), None when no try was running
     shard: str | None = None
@@ -679,18 +679,24 @@ class Injector:
             with self._lock:
                 target = self._target
                 groups = try_groups(target[1]) if target else []
+                # The failure's time is when it found a try running, taken before it acts: the try may end
+                # while the injector kills or flips, and a time taken after could fall behind the try's end
+                # stamp in the wrapper's log. The flip then counted for the next try's window, while the
+                # repair after this try had already fixed it: "not repaired" where it was (7 of 371 checks,
+                # all "after try 2", in the rerun of 2026-12-03).
+                now = time.time()
                 if not groups:
-                    self.events.append(InjectedEvent(time.time(), kind, None))
+                    self.events.append(InjectedEvent(now, kind, None))
                     continue
                 job, _, data, shards = target
                 if kind == "kill":
                     kill_process_groups(groups)
-                    self.events.append(InjectedEvent(time.time(), kind, job))
+                    self.events.append(InjectedEvent(now, kind, job))
                 else:
                     name = shards[min(int(pick * len(shards)), len(shards) - 1)]
                     with contextlib.suppress(OSError):
                         corrupt_shard(data / name, how="flip", at=where)
-                        self.events.append(InjectedEvent(time.time(), kind, job, name))
+                        self.events.append(InjectedEvent(now, kind, job, name))
 
 
 def _utc(stamp: str) -> float:
