@@ -625,7 +625,7 @@ def make_survival_data(folder: Path, seed: int) -> tuple[Path, list[str]]:
 class InjectedEvent:
     """One failure of the injector: when, what, and whether a try was there to strike."""
 
-    at: float           #: time.time() when it found its target (or none), before it acted
+    at: float           #: time.time() before it looked for its target and acted
     kind: str           #: "kill" or "corrupt"
     job: tuple | None   #: the job it struck (index, arm), None when no try was running
     shard: str | None = None
@@ -677,14 +677,15 @@ class Injector:
             kind = "corrupt" if self.rng.random() < self.corrupt_share else "kill"
             pick, where = float(self.rng.random()), float(self.rng.random())
             with self._lock:
+                # The failure's time is taken before it looks for a running try and acts: the try may end
+                # meanwhile (reading /proc takes milliseconds on a loaded node), and a time taken after could
+                # fall behind the try's end stamp in the wrapper's log. A flip then counted for the next try's
+                # window, while the repair after this try had already fixed it: "not repaired" where it was
+                # (7 of 371 checks, all "after try 2", on 2026-12-03 with the time taken after the flip; 1 of
+                # 129 with it taken after the /proc scan but before the flip).
+                now = time.time()
                 target = self._target
                 groups = try_groups(target[1]) if target else []
-                # The failure's time is when it found a try running, taken before it acts: the try may end
-                # while the injector kills or flips, and a time taken after could fall behind the try's end
-                # stamp in the wrapper's log. The flip then counted for the next try's window, while the
-                # repair after this try had already fixed it: "not repaired" where it was (7 of 371 checks,
-                # all "after try 2", in the rerun of 2026-12-03).
-                now = time.time()
                 if not groups:
                     self.events.append(InjectedEvent(now, kind, None))
                     continue
