@@ -207,7 +207,7 @@ def serialize_state(state: Any, buf: bytearray | None = None) -> tuple[bytearray
     import torch
 
     if buf is None:
-        buf = bytearray(_tensor_bytes(state) + (1 << 20))  # zero pages: touched once, by the save itself
+        buf = bytearray(_tensor_bytes(state) + (1 << 20))  # sized once: no regrowth copies during the save
     sink = _BufferSink(buf)
     torch.save(state, sink)
     return sink.buf, sink.size
@@ -232,12 +232,9 @@ _COMPRESS_SLICE = 8 << 20
 def compress_into(data: memoryview, level: int, out: bytearray, threads: int = 0) -> int:
     """Zstandard-compress ``data`` at ``level`` (>= 1 or negative) into ``out`` (grown if needed); returns the
     bytes written. One frame that records the content size, as :func:`compress_bytes` writes."""
-    import zstandard
-
-    if level == 0 or not ZSTD_MIN_LEVEL <= level <= ZSTD_MAX_LEVEL:
-        raise CheckpointError(f"zstd level {level} is out of range {ZSTD_MIN_LEVEL}..{ZSTD_MAX_LEVEL} (0: no "
-                              f"compression, nothing to compress into)")
-    cobj = zstandard.ZstdCompressor(level=level, threads=threads).compressobj(size=data.nbytes)
+    if level == 0:
+        raise CheckpointError("zstd level 0 means no compression: nothing to compress into")
+    cobj = _compressor(level, threads).compressobj(size=data.nbytes)
     sink = _BufferSink(out)
     for start in range(0, data.nbytes, _COMPRESS_SLICE):
         sink.write(cobj.compress(data[start:start + _COMPRESS_SLICE]))
@@ -252,11 +249,16 @@ def compress_bytes(data: bytes | memoryview, level: int, threads: int = 0) -> by
     """
     if level == 0:
         return data
+    return _compressor(level, threads).compress(data)
+
+
+def _compressor(level: int, threads: int):
+    """A zstd compressor at ``level`` (not 0), refusing a level zstd does not have."""
     import zstandard
 
     if not ZSTD_MIN_LEVEL <= level <= ZSTD_MAX_LEVEL:
         raise CheckpointError(f"zstd level {level} is out of range {ZSTD_MIN_LEVEL}..{ZSTD_MAX_LEVEL}")
-    return zstandard.ZstdCompressor(level=level, threads=threads).compress(data)
+    return zstandard.ZstdCompressor(level=level, threads=threads)
 
 
 def decompress_bytes(data: bytes | memoryview) -> bytes:

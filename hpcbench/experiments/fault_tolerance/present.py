@@ -18,7 +18,7 @@ TIER_ORDER = {"full": 0, "light": 1}
 def attempt_table(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Table | None:
     """The wrapper arm's failed share of tries by attempt (1st, 2nd, 3rd), exact intervals: context for the
     p_try^3 model, which takes every try as failing alike (records from before 2026-12-03 lack it: None)."""
-    per = pick(stats[stats["phase"] == "attempts"], "attempt_failed") if "phase" in stats.columns else stats.iloc[0:0]
+    per = pick(stats[stats["phase"] == "attempts"], "attempt_failed")
     if not len(per) or "attempt" not in per.columns:
         return None
     rows = []
@@ -29,7 +29,7 @@ def attempt_table(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Table | 
             k = round(float((g["mean"] * g["n"]).sum()))
             low, high = clopper_pearson(k, n)
             rows.append([Cell(f"{s} · {v}"), Cell(str(attempt)), Cell(str(n)),
-                         Cell(f"{fmt_number(k / n, 3)} [{fmt_number(low, 3)}, {fmt_number(high, 3)}]" if n else "—")])
+                         Cell(f"{fmt_number(k / n, 3)} [{fmt_number(low, 3)}, {fmt_number(high, 3)}]")])
     if not rows:
         return None
     return Table(columns=["series", "attempt", "tries", "failed share [95 % exact]"], rows=rows,
