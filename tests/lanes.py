@@ -79,6 +79,23 @@ def slowest(junits: dict[str, Path], n: int = SLOWEST) -> list[tuple[float, str,
     return sorted(rows, reverse=True)[:n]
 
 
+def failures(junits: dict[str, Path], width: int = 600) -> list[tuple[str, str, str]]:
+    """Each failed or erroring test case of all lanes: (lane, test, the first ``width`` characters of its message
+    and the last lines of its traceback). Printed last, so that a CI log that keeps only its tail still names them."""
+    rows = []
+    for lane, path in junits.items():
+        if not path.is_file():
+            continue
+        for case in ET.parse(path).getroot().iter("testcase"):
+            for bad in [*case.iter("failure"), *case.iter("error")]:
+                name = f"{case.get('classname', '')}::{case.get('name')}"
+                tail = "\n".join((bad.text or "").strip().splitlines()[-6:])
+                why = (bad.get("message") or "").strip()
+                text = why if why and why in tail else "\n".join(x for x in (why, tail) if x)
+                rows.append((lane, name, text[-width:]))
+    return rows
+
+
 def main(argv: list[str], out: Path = OUT) -> int:
     out.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -127,6 +144,13 @@ def main(argv: list[str], out: Path = OUT) -> int:
         print(f"slowest {len(rows)} tests of both lanes (setup + call + teardown):")
         for seconds, lane, name in rows:
             print(f"  {seconds:7.1f} s  [{lane}]  {name}")
+    bad = failures(junits)
+    if bad:
+        print(f"{len(bad)} failed test(s):")
+        for lane, name, text in bad:
+            print(f"  [{lane}]  {name}")
+            for line in text.splitlines():
+                print(f"      {line}")
     failing = [rc for name, _ in LANES if (rc := status[name]) not in (0, NO_TESTS)]
     if all(status[name] == NO_TESTS for name, _ in LANES):
         return NO_TESTS

@@ -67,3 +67,7 @@ def test_the_runner_passes_when_both_lanes_pass_and_fails_with_the_failing_lane(
     out = capsys.readouterr().out
     assert "cluster lane: selected no test" in out and "local lane: FAILED (exit 1)" in out
     assert "assert 1 == 2" in (lanes / "local.log").read_text()
+    # the summary's last lines name the failed test and its assertion (CI keeps only the tail of the output)
+    summary = out[out.index("=" * 30 + " lanes"):]
+    assert "1 failed test(s):" in summary and "[local]  test_bad::test_l" in summary
+    assert "assert 1 == 2" in summary.split("1 failed test(s):")[1]
