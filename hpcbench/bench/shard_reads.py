@@ -4,8 +4,12 @@ Run: ``python -m hpcbench.bench.shard_reads [--images 2000] [--cache warm,cold] 
 
 One data set (ImageNet-like JPEGs, ~110 KB mean) stored as HDF5, TFRecord and tar shards
 (``--shard-size``). Each format is read alone (one process, no DataLoader, raw bytes: no JPEG
-decoding, shards checked by size, shuffled) for one epoch along two paths:
+decoding, shards checked by size, shuffled) for one epoch along three paths:
 
+* ``zero-copy runs``: ``order="runs"``, runs of up to ``--run-samples`` consecutive samples of a
+  shard shuffled as units (their boundaries re-drawn each epoch; FFCV's quasi-random order trades
+  shuffle quality for read size the same way), each run one read straight into the batch tensor,
+  the framing between samples included (TFRecord's records CRC-checked in place);
 * ``zero-copy batches``: ``batch_in_worker=--batch`` (each sample read from its shard straight
   into the batch tensor; TFRecord's records read whole, CRC-checked, the image copied out);
 * ``per sample``: the reader yields single samples as ``bytes``;
@@ -13,8 +17,10 @@ decoding, shards checked by size, shuffled) for one epoch along two paths:
 and the widely used reader of each format on the same files, in file order as they read:
 
 * HDF5: h5py's ``read_direct`` of each sample's byte range into one preallocated buffer;
-* TFRecord: tf.data (``TFRecordDataset(num_parallel_reads=1)`` -> ``parse_single_example``) when
-  TensorFlow is installed, else the PyPI ``tfrecord`` package's ``tfrecord_loader`` (both check CRCs);
+* TFRecord: tf.data (``TFRecordDataset(num_parallel_reads=1)`` -> ``parse_single_example``, which checks
+  both CRC-32Cs of every record, as ours do) when TensorFlow is installed, else the PyPI ``tfrecord``
+  package's ``tfrecord_loader``, which reads the CRC fields but checks neither: it is spared the CRC work
+  ours does on every byte;
 * tar: WebDataset (``WebDataset(urls).to_tuple("jpg", "cls")``);
 
 and, in the same round and page-cache state, a plain sequential read of the very same files
@@ -46,7 +52,7 @@ from hpcbench.data.writers import convert
 FORMATS = ("hdf5", "tfrecord", "tar")
 SHARE_TARGET = 0.70
 #: A run of seconds for tests/test_bench.py: every path at toy size; its figures mean nothing.
-TOY_ARGS = ["--images", "24", "--shard-size", "200K", "--rounds", "1", "--batch", "8"]
+TOY_ARGS = ["--images", "24", "--shard-size", "200K", "--rounds", "1", "--batch", "8", "--run-samples", "4"]
 
 
 def prepare(root: Path, images: int, shard_size: str) -> dict[str, Path]:
@@ -105,7 +111,7 @@ def reference_reader(fmt: str, files: list[Path]) -> tuple[str, Callable[[], int
             def tfrecord_package() -> int:
                 return sum(1 for name in names
                            for _ in tfrecord_loader(name, None, {"image": "byte", "label": "int"}))
-            return "tfrecord (PyPI; tf.data: TensorFlow not installed)", tfrecord_package
+            return "tfrecord (PyPI, no CRC check; tf.data: TensorFlow not installed)", tfrecord_package
         features = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
         def tf_data() -> int:
@@ -137,19 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=2000, help="JPEGs of ~110 KB")
     ap.add_argument("--shard-size", default="32M")
-    ap.add_argument("--batch", type=int, default=128, help="samples per batch of the zero-copy path")
+    ap.add_argument("--batch", type=int, default=128, help="samples per batch of the zero-copy paths")
+    ap.add_argument("--run-samples", type=int, default=32, help="the longest run of the runs path")
     add_round_arguments(ap, cache="warm")
     args = ap.parse_args(argv)
     caches = cache_states(args.cache)
 
     with disk_scratch(args.root, "bench-shard-reads-") as root:
         folders = prepare(root, args.images, args.shard_size)
-        paths = {"zero-copy batches": args.batch, "per sample": None}
+        paths = {"zero-copy runs": {"batch_in_worker": args.batch, "order": "runs", "run_samples": args.run_samples},
+                 "zero-copy batches": {"batch_in_worker": args.batch}, "per sample": {}}
         subjects = []  # (format, path, files, one epoch: number -> (wall s, CPU s), ours)
         for fmt, folder in folders.items():
             files = shard_paths(*load_manifest(folder))
-            for path, batch in paths.items():
-                ds = open_dataset(folder, decode=False, verify="size", seed=0, batch_in_worker=batch)
+            for path, options in paths.items():
+                ds = open_dataset(folder, decode=False, verify="size", seed=0, **options)
                 epoch(ds, args.images, 0)  # untimed: the shard indexes and read buffers a training run keeps
                 subjects.append((fmt, path, files, lambda number, ds=ds: epoch(ds, args.images, number), True))
             name, run = reference_reader(fmt, files)
@@ -168,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                              "reader_cpu_s": statistics.median(t[k]["reader_cpu"])})
         print(f"\n{args.images} JPEGs in {args.shard_size} shards per format; one process, no DataLoader, raw "
               f"bytes, shuffled, verify=size; median of {args.rounds} rounds\n")
-        print(f"{'cache':5s} {'format':9s} {'path':50s} {'reader MB/s':>11s} {'seq MB/s':>9s} {'share':>6s} "
+        print(f"{'cache':5s} {'format':9s} {'path':66s} {'reader MB/s':>11s} {'seq MB/s':>9s} {'share':>6s} "
               f"{'min-max':>11s} {'CPU ms':>7s}")
         for r in rows:
-            print(f"{r['cache']:5s} {r['format']:9s} {r['path']:50s} {r['reader_MB_per_s']:11.0f} "
+            print(f"{r['cache']:5s} {r['format']:9s} {r['path']:66s} {r['reader_MB_per_s']:11.0f} "
                   f"{r['sequential_MB_per_s']:9.0f} {r['share']:6.0%} {min(r['shares']):5.0%}-{max(r['shares']):<5.0%} "
                   f"{r['reader_cpu_s'] * 1e3:7.0f}")
         print()

@@ -84,3 +84,20 @@ def buffer_shuffle(items: Iterable[T], size: int, rng: random.Random) -> Iterato
         yield item
     rng.shuffle(buf)
     yield from buf
+
+
+def cut_runs(n: int, run: int, rng: random.Random | None = None) -> list[tuple[int, int]]:
+    """Positions ``0 .. n-1`` cut into runs ``[a, b)`` of at most ``run`` consecutive positions.
+
+    With ``rng`` the first run's length is drawn from ``1 .. run`` (the rest are ``run`` long, the last may be
+    shorter), so that run boundaries move from epoch to epoch and no two samples are bound to one run for good.
+    """
+    if run < 1:
+        raise ValueError(f"run={run}; a run holds at least one sample")
+    cuts = [0]
+    first = rng.randint(1, run) if rng is not None else run
+    cuts.extend(range(min(first, n), n, run))
+    if cuts[-1] != n:
+        cuts.append(n)
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+

@@ -16,6 +16,11 @@ Batches built inside the workers (one shared-memory tensor per batch of raw byte
     loader = DataLoader(ds, num_workers=4, **loader_options(ds, 32))   # batch_size=None
     for batch in loader: ...   # batch["image"] (uint8), batch["image_offsets"]; image_bytes(batch)
 
+Runs of up to 32 neighbouring samples shuffled as units, each run one read (the warm-cache storage path)::
+
+    ds = open_dataset("data/images-tar", decode=False, batch_in_worker=128, order="runs", run_samples=32)
+    for batch in DataLoader(ds, num_workers=2, **loader_options(ds, 128)): ...   # batch["image_spans"]
+
 The weather data set (gridded fields, not images) has its own reader, outside :data:`READERS`::
 
     ds = WeatherDataset("data/weather", rank=0, world_size=1, seed=0, block_size=16)

@@ -41,6 +41,20 @@ into a scratch buffer that stays in the CPU's cache, checked, and its image copi
 (:mod:`hpcbench.data.readers.tfrecord`).
 A read that fails there repairs the shard and reads the sample again, as elsewhere; ``allow_skip``
 (which would drop samples from batches already planned) uses the per-sample path.
+
+Run reads (``order="runs"``, zero-copy batches only): on a warm page cache a read of one ~110 KB
+sample costs a system call and some Python bookkeeping beyond the copy itself, which is most of
+the epoch's CPU. Here each piece is cut into runs of up to ``run_samples`` consecutive samples
+(:func:`hpcbench.data.plan.cut_runs`, the first run's length drawn per epoch so that boundaries
+move), the runs are shuffled as units in a buffer of ``shuffle_buffer // run_samples`` runs, and a
+batch is filled run by run (a run longer than the room left is cut, its rest opens the next
+batch). Each run, or the part of it in one batch, is one read straight into the batch tensor,
+whatever lies between its samples included (tar headers, TFRecord framing, whose CRC-32Cs are
+checked in place); ``image_spans`` (``N x 2``) says where each sample's bytes lie. The order
+is coarser than a per-sample shuffle: a batch holds a few runs of neighbours from the shards
+in the buffer (FFCV's quasi-random order makes the same trade). Every sample is still read
+exactly once per epoch; a run whose read fails repairs the shard and reads its samples one by
+one into the places planned for them.
 """
 
 from __future__ import annotations
@@ -65,7 +79,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, ShardError
 from hpcbench.data.manifest import load_manifest
-from hpcbench.data.plan import Piece, buffer_shuffle, epoch_pieces
+from hpcbench.data.plan import Piece, buffer_shuffle, cut_runs, epoch_pieces
 from hpcbench.data.resilience import EventLog, OpenedShard, ShardAccess, ShardCheckFailed, Verify, repair_or_raise
 from hpcbench.core.registry import Registry
 
@@ -77,6 +91,9 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 
 #: Faults that trigger a repair and a retry (guide sec. 2.5: IOError or checksum error).
 REPAIRABLE = (OSError, CorruptRecordError, ShardCheckFailed)
+
+#: The orders a zero-copy reader reads an epoch's samples in (``ShardedImageDataset(order=...)``).
+ORDERS = ("samples", "runs")
 
 
 def decode_jpeg(data: bytes, image_size: int | None = None) -> torch.Tensor:
@@ -191,7 +208,10 @@ def collate_samples(batch: list[dict[str, Any]], pack_bytes: bool = False) -> di
 def image_bytes(batch: dict[str, Any], key: str = "image") -> list[bytes]:
     """The raw JPEG bytes of a collated batch, packed (``pack_bytes``) or a list."""
     values = batch[key]
-    offsets = batch.get(f"{key}_offsets")
+    spans, offsets = batch.get(f"{key}_spans"), batch.get(f"{key}_offsets")
+    if spans is not None:  # run batches (order="runs"): each sample's [start, end) in the tensor
+        data = values.cpu().numpy()
+        return [data[a:b].tobytes() for a, b in spans.tolist()]
     if offsets is None:
         return list(values)
     data, cuts = values.cpu().numpy(), offsets.tolist()
@@ -284,6 +304,13 @@ class SampleExtents:
     read: Callable[[memoryview, int], int] | None = None
     extra: tuple[np.ndarray, ...] = ()
     """The format's own per-sample arrays from its shard index, cut like the others (for its ``read``)."""
+    records: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    """For run reads (``order="runs"``): per sample, where its record begins and ends in the shard and where
+    its bytes begin; None when a sample's bytes are its record. A run of samples is read as one byte range,
+    from the first one's record start to the last one's record end."""
+    check: Callable[[memoryview, int], None] | None = None
+    """``check(record, k)`` raises :class:`CorruptRecordError` unless sample ``start + k``'s record (read
+    whole into ``record``) passes its checks (TFRecord's CRC-32Cs)."""
 
 
 def file_version(fd: int) -> tuple[int, int, int]:
@@ -309,7 +336,7 @@ def _cut(index: tuple[np.ndarray, ...] | None, start: int, stop: int, where: str
 class _Source:
     """A piece's opened shard while its samples wait in the shuffle buffer; closed after its last is read."""
 
-    __slots__ = ("piece", "left", "starts", "fd", "data", "closer", "read")
+    __slots__ = ("piece", "left", "starts", "fd", "data", "closer", "read", "ext", "records", "in_order")
 
     def __init__(self, piece: Piece, left: int, ext: SampleExtents):
         self.piece, self.left = piece, left
@@ -321,6 +348,41 @@ class _Source:
         self.close()
         self.starts = ext.starts.tolist()
         self.fd, self.data, self.closer, self.read = ext.fd, ext.data, ext.close, ext.read
+        self.ext = ext
+        self.records = ext.records or (ext.starts, ext.starts + ext.sizes, ext.starts)
+        lo, hi, _ = self.records
+        # A run is one byte range only where each record ends before the next begins (every writer here
+        # lays samples out in order); otherwise each sample is a run of its own.
+        self.in_order = bool((lo[1:] >= hi[:-1]).all())
+
+    def run_bytes(self, a: int, b: int) -> int:
+        """Bytes of one read of samples ``a .. b-1`` of the piece (their records and what lies between)."""
+        lo, hi, _ = self.records
+        return int(hi[b - 1] - lo[a])
+
+    def read_run(self, out: memoryview, a: int, b: int) -> np.ndarray:
+        """Samples ``a .. b-1`` of the piece in one read into ``out`` (:meth:`run_bytes` long), each record
+        checked; returns where each sample's bytes begin in ``out``.
+
+        Raises:
+            CorruptRecordError: fewer bytes than planned (the shard changed), or a record fails its check.
+        """
+        lo, hi, at = self.records
+        base = int(lo[a])
+        if self.fd is not None:
+            got = os.preadv(self.fd, (out,), base)
+        else:
+            chunk = self.data[base:base + len(out)]
+            got = len(chunk)
+            if got == len(out):
+                out[:] = chunk
+        if got != len(out):
+            # the caller repairs the shard, naming its file
+            raise CorruptRecordError(f"read {got} of {len(out)} bytes of samples {a}..{b - 1} of the piece")
+        if self.ext.check is not None:
+            for k, (x, y) in enumerate(zip(lo[a:b].tolist(), hi[a:b].tolist()), start=a):
+                self.ext.check(out[x - base:y - base], k)
+        return at[a:b] - base
 
     def read_into(self, out: memoryview, k: int) -> int:
         """Sample ``k`` of the piece into ``out``; the bytes read (fewer: the shard changed)."""
@@ -332,8 +394,8 @@ class _Source:
         out[:] = self.data[start:start + len(out)]
         return len(out)
 
-    def done_with_one(self) -> None:
-        self.left -= 1
+    def done_with_one(self, n: int = 1) -> None:
+        self.left -= n
         if self.left == 0:
             self.close()
 
@@ -364,19 +426,23 @@ class ShardedImageDataset(ShardReader):
         batch_in_worker: yield collated batches of this many samples (the last one of each
             reader process may be smaller) instead of single samples; raw bytes are packed
             into one tensor per batch (module docstring). Use ``DataLoader(batch_size=None)``.
+        order: ``"samples"`` (each sample shuffled on its own) or ``"runs"``: runs of ``run_samples``
+            consecutive samples of a shard shuffled as units, each run read with one call (zero-copy
+            batches only; see the module docstring).
+        run_samples: the longest run of ``order="runs"``.
     """
 
     format: ClassVar[str] = ""
 
     reads: int = 0
     """Storage reads made by this process: HDF5 calls of the HDF5 reader, ``preadv`` calls of the zero-copy
-    batch path (one per sample)."""
+    batch path (one per sample, or one per run with ``order="runs"``)."""
 
     def __init__(self, path: str | os.PathLike, *, rank: int = 0, world_size: int = 1, shuffle: bool = True,
                  seed: int = 0, shuffle_buffer: int = 64, decode: bool = True, image_size: int | None = None,
                  verify: Verify = "sha256", repair_from: str | os.PathLike | None = None,
                  allow_skip: bool = False, max_repairs: int = 2, events_path: str | os.PathLike | None = None,
-                 batch_in_worker: int | None = None):
+                 batch_in_worker: int | None = None, order: str = "samples", run_samples: int = 32):
         super().__init__()
         manifest, folder = load_manifest(path)
         if manifest.format != self.format:
@@ -386,6 +452,11 @@ class ShardedImageDataset(ShardReader):
         if batch_in_worker is not None and batch_in_worker < 1:
             raise DataError(f"batch_in_worker={batch_in_worker}; give a batch size >= 1, or None for single samples")
         self.batch_in_worker = batch_in_worker or None
+        if order not in ORDERS:
+            raise DataError(f"order={order!r}; choose one of {', '.join(map(repr, ORDERS))}")
+        if run_samples < 1:
+            raise DataError(f"run_samples={run_samples}; a run holds at least one sample")
+        self.order, self.run_samples = order, run_samples
         self.manifest, self.folder = manifest, folder
         self.rank, self.world_size = rank, world_size
         self.shuffle, self.seed, self.shuffle_buffer = shuffle, seed, shuffle_buffer
@@ -399,6 +470,11 @@ class ShardedImageDataset(ShardReader):
         self._offsets = [0]
         for shard in manifest.shards:
             self._offsets.append(self._offsets[-1] + shard.samples)
+        if order == "runs" and not self.zero_copy:
+            raise DataError(f"order='runs' reads raw batches straight into their tensor: it needs batch_in_worker, "
+                            f"decode=False and allow_skip=False, and a format whose shards say where their samples "
+                            f"lie (got batch_in_worker={batch_in_worker}, decode={decode}, allow_skip={allow_skip}, "
+                            f"format {self.format!r})")
         repair_or_raise(self.access, self.manifest, self.folder)
 
     # -- what subclasses implement ------------------------------------------------------
@@ -489,7 +565,8 @@ class ShardedImageDataset(ShardReader):
         rng = random.Random(f"{self.seed}:{self.epoch}:{consumer}")
         where = {"rank": self.rank, "worker": worker, "epoch": self.epoch}
         if self.zero_copy:
-            yield from self._zero_copy_batches(pieces, rng, where)
+            batches = self._run_batches if self.order == "runs" else self._zero_copy_batches
+            yield from batches(pieces, rng, where)
             return
         raw = self._read_pieces(pieces, where)
         samples = buffer_shuffle(raw, self.shuffle_buffer if self.shuffle else 1, rng)
@@ -525,6 +602,116 @@ class ShardedImageDataset(ShardReader):
             positions.close()
             for source in sources:
                 source.close()
+
+    def _run_batches(self, pieces: list[Piece], rng: random.Random,
+                     where: dict[str, int]) -> Iterator[dict[str, Any]]:
+        """``order="runs"`` (module docstring): runs shuffled as units, a batch filled run by run, each run (or
+        the part of it that fits) read in one call."""
+        sources: list[_Source] = []
+        runs = self._runs(pieces, where, sources, rng)
+        # The buffer holds positions, not bytes: shuffle_buffer samples' worth of runs
+        window = max(1, self.shuffle_buffer // self.run_samples) if self.shuffle else 1
+        n, batch, count = self.batch_in_worker, [], 0
+        try:
+            for source, a, b, index, seconds, opens in buffer_shuffle(runs, window, rng):
+                while a < b:  # a run longer than the batch's room is cut, its rest starts the next batch
+                    take = min(b - a, n - count)
+                    batch.append((source, a, a + take, index, seconds, opens))
+                    count, index, a, seconds, opens = count + take, index + take, a + take, 0.0, 0
+                    if count == n:
+                        yield self._read_run_batch(batch, where)
+                        batch, count = [], 0
+            if batch:
+                yield self._read_run_batch(batch, where)
+        finally:  # an epoch left early closes what its pieces still hold open
+            runs.close()
+            for source in sources:
+                source.close()
+
+    def _runs(self, pieces: list[Piece], where: dict[str, int], sources: list[_Source],
+              rng: random.Random) -> Iterator[tuple]:
+        """Every sample of ``pieces`` as runs ``(source, a, b, index of a, seconds, opens)``: samples ``a .. b-1``
+        of the source's piece, ``seconds`` and ``opens`` the piece's open and check (carried by its first run).
+        A shard that cannot say where its samples lie is read sample by sample, each a run of its own."""
+        for piece in pieces:
+            t0, reported = time.perf_counter(), self.access.opens
+            ext = self._extents(piece, where)
+            if ext is None:
+                for pos, data, label, seconds in self._read_piece(piece, where):
+                    opens, reported = self.access.opens - reported, self.access.opens
+                    copied = SampleExtents(np.zeros(1, np.int64), np.array([len(data)]), np.array([label]),
+                                           data=memoryview(data))
+                    yield _Source(piece, 1, copied), 0, 1, self._offsets[piece.shard] + pos, seconds, opens
+                continue
+            seconds, opens = time.perf_counter() - t0, self.access.opens - reported
+            source = _Source(piece, len(piece), ext)
+            sources.append(source)
+            index = self._offsets[piece.shard] + piece.start
+            longest = self.run_samples if source.in_order else 1
+            for a, b in cut_runs(len(piece), longest, rng if self.shuffle else None):
+                yield source, a, b, index + a, seconds, opens
+                seconds, opens = 0.0, 0
+
+    def _read_run_batch(self, batch: list[tuple], where: dict[str, int]) -> dict[str, Any]:
+        """One batch of runs: each read in one call into the batch's tensor, records and gaps included;
+        ``image_spans`` says where each sample's bytes lie in it (:func:`image_bytes` unpacks)."""
+        total = sum(source.run_bytes(a, b) for source, a, b, *_ in batch)
+        if get_worker_info() is None:
+            packed = self.__dict__.setdefault("_buffers", BufferPool()).tensor(total)
+        else:
+            packed = _empty((total,), torch.uint8)
+        view = memoryview(packed.numpy())
+        n = sum(b - a for _, a, b, *_ in batch)
+        spans, labels = np.empty((n, 2), np.int64), np.empty(n, np.int64)
+        read_s, opens = np.zeros(n), np.zeros(n, np.int64)
+        index = np.empty(n, np.int64)
+        pos = row = 0
+        perf = time.perf_counter
+        for source, a, b, first, seconds, opened in batch:
+            m, size = b - a, source.run_bytes(a, b)
+            lo, _, at = source.records
+            at = at[a:b] - lo[a]  # taken before the read: a repair keeps the planned layout (_read_run_again)
+            sizes, labels[row:row + m] = source.ext.sizes[a:b], source.ext.labels[a:b]
+            out = view[pos:pos + size]
+            t0 = perf()
+            try:
+                source.read_run(out, a, b)
+            except REPAIRABLE as exc:
+                opened += self._read_run_again(source, a, out, at, sizes, where, exc)
+            took = perf() - t0
+            spans[row:row + m, 0] = pos + at
+            spans[row:row + m, 1] = pos + at + sizes
+            index[row:row + m] = np.arange(first, first + m)
+            # the run's read time shared by its samples in proportion to their bytes
+            read_s[row:row + m] = took * sizes / max(int(sizes.sum()), 1)
+            read_s[row] += seconds
+            opens[row] += opened
+            source.done_with_one(m)
+            pos, row = pos + size, row + m
+        self.reads += len(batch)
+        return {"image": packed, "image_spans": torch.from_numpy(spans), "label": torch.from_numpy(labels),
+                "index": torch.from_numpy(index), "nbytes": torch.from_numpy(spans[:, 1] - spans[:, 0]),
+                "read_s": torch.from_numpy(read_s), "opens": torch.from_numpy(opens)}
+
+    def _read_run_again(self, source: _Source, a: int, out: memoryview, at: np.ndarray, sizes: np.ndarray,
+                        where: dict[str, int], exc: BaseException) -> int:
+        """A run whose read failed: repair the shard once, then read each of its samples on its own from the
+        repaired copy into the place planned for it. Returns the opens this made."""
+        opens, failed = 0, exc
+        for j, (x, size) in enumerate(zip(at.tolist(), sizes.tolist())):
+            k, dest = a + j, out[x:x + size]
+            if failed is None:
+                try:
+                    got = source.read_into(dest, k)
+                    if got == size:
+                        continue
+                    failed = CorruptRecordError(f"read {got} of {size} bytes of sample {k} of the piece",
+                                                path=str(self.access.path(source.piece.shard)))
+                except REPAIRABLE as again:
+                    failed = again
+            opens += self._read_again((None, None, source, k, size, 0.0, 0), dest, where, failed)
+            failed = None
+        return opens
 
     def _positions(self, pieces: list[Piece], where: dict[str, int], sources: list[_Source]) -> Iterator[tuple]:
         """Every sample of ``pieces`` in order as ``(index, label, source, k, size, seconds, opens)`` (``k``:

@@ -13,6 +13,9 @@ along two loading paths (``--paths``), printed side by side:
 * ``batched``: the reader yields whole batches (``batch_in_worker``, raw bytes packed into one
   shared-memory tensor), the DataLoader runs with ``batch_size=None``. Same samples, same
   batches; only the worker-to-main transfer differs.
+* ``runs``: whole batches as ``batched``, in ``order="runs"``: runs of up to 32 consecutive samples of
+  a shard shuffled as units, each run one read straight into the batch's shared-memory tensor (raw
+  bytes only: not in the ``decoded`` mode, whose cells say ``n/a``).
 
 Three modes, formats and paths interleaved in each round:
 
@@ -53,7 +56,11 @@ FORMATS = ("files", "hdf5", "tfrecord", "tar")
 MODES = {"storage": dict(decode=False, verify="size"),
          "storage+sha256": dict(decode=False, verify="sha256"),
          "decoded": dict(decode=True, verify="size", image_size=224)}
-PATHS = ("per-sample", "batched")
+#: Each loading path's reader options, given the batch size.
+PATH_OPTIONS = {"per-sample": lambda n: {},
+                "batched": lambda n: {"batch_in_worker": n},
+                "runs": lambda n: {"batch_in_worker": n, "order": "runs"}}
+PATHS = tuple(PATH_OPTIONS)
 SPEEDUP_TARGET = 3.0
 DISK_SHARE_TARGET = 0.60
 #: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
@@ -128,14 +135,15 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, dict[str, dict[str, dict]]] = {m: {p: {} for p in paths} for m in modes}
         notes: set[str] = set()
         for mode in modes:
-            walls: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+            # run reads hand out raw bytes: a mode that decodes has no runs path
+            here = [(p, f) for p, f in runs if not (p == "runs" and MODES[mode].get("decode"))]
+            walls: dict[tuple[str, str], list[float]] = {key: [] for key in here}
             info: dict[tuple[str, str], tuple[int, int, int]] = {}
             loaders = {}
-            for path, fmt in runs:
+            for path, fmt in here:
                 # Persistent workers, started by an untimed warm-up epoch: what a training job
                 # pays once, not per epoch.
-                batched = args.batch_size if path == "batched" else None
-                ds = open_dataset(folders[fmt], seed=0, batch_in_worker=batched, **MODES[mode])
+                ds = open_dataset(folders[fmt], seed=0, **PATH_OPTIONS[path](args.batch_size), **MODES[mode])
                 loaders[path, fmt] = (ds, DataLoader(ds, num_workers=args.workers,
                                                      prefetch_factor=2 if args.workers else None,
                                                      persistent_workers=args.workers > 0,
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in loaders[path, fmt][1]:
                     pass
             for rnd in range(args.rounds):
-                order = runs if rnd % 2 == 0 else runs[::-1]  # drift favours no format or path
+                order = here if rnd % 2 == 0 else here[::-1]  # drift favours no format or path
                 for key in order:
                     ds, loader = loaders[key]
                     files = shard_paths(ds.manifest, ds.folder)
@@ -158,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                     walls[key].append(r.wall_s)
                     info[key] = (r.samples, ds.manifest.bytes, r.opens)
             del loaders  # stops the persistent workers
-            for path, fmt in runs:
+            for path, fmt in here:
                 wall = statistics.median(walls[path, fmt])
                 samples, nbytes, opens = info[path, fmt]
                 results[mode][path][fmt] = {"wall_s": wall, "samples_per_s": samples / wall,
@@ -169,13 +177,17 @@ def main(argv: list[str] | None = None) -> int:
         head = "".join(f" | {p + ' samples/s':>20s} {'MB/s':>7s} {'x files':>7s}" for p in paths)
         print(f"{'mode':15s} {'format':9s}{head} | {'opens':>6s}")
         for mode in modes:
-            line_base = {p: results[mode][p]["files"]["samples_per_s"] for p in paths}
+            line_base = {p: results[mode][p]["files"]["samples_per_s"] for p in paths if results[mode][p]}
             for fmt in FORMATS:
                 cells = ""
                 for p in paths:
-                    r = results[mode][p][fmt]
+                    r = results[mode][p].get(fmt)
+                    if r is None:
+                        cells += f" | {'n/a':>20s} {'':7s} {'':7s}"
+                        continue
                     cells += f" | {r['samples_per_s']:20.0f} {r['MB_per_s']:7.1f} {r['samples_per_s'] / line_base[p]:7.2f}"
-                print(f"{mode:15s} {fmt:9s}{cells} | {results[mode][paths[-1]][fmt]['opens']:6d}")
+                opens = next(results[mode][p][fmt]["opens"] for p in paths[::-1] if fmt in results[mode][p])
+                print(f"{mode:15s} {fmt:9s}{cells} | {opens:6d}")
         summary = {"results": results, "paths": paths}
         if "storage" in results:
             # The reader alone, one process, no DataLoader: separates storage + format cost from
@@ -183,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             alone: dict[str, dict[str, float]] = {p: {} for p in paths}
             for p in paths:
                 for fmt in FORMATS:
-                    ds = open_dataset(folders[fmt], seed=0, batch_in_worker=args.batch_size if p == "batched" else None,
-                                      **MODES["storage"])
+                    options = PATH_OPTIONS[p](args.batch_size)
+                    ds = open_dataset(folders[fmt], seed=0, **options, **MODES["storage"])
                     prepare_cache(ds.shard_paths, args.cache)
                     t0 = time.perf_counter()
-                    n = sum(len(item["index"]) if p == "batched" else 1 for item in ds)
+                    n = sum(len(item["index"]) if options else 1 for item in ds)
                     alone[p][fmt] = n / (time.perf_counter() - t0)
                 print(f"reader alone {p:11s} " + "  ".join(
                     f"{fmt} {alone[p][fmt]:.0f}/s ({alone[p][fmt] / alone[p]['files']:.2f}x)" for fmt in FORMATS)

@@ -10,6 +10,8 @@ from hpcbench.data.manifest import MANIFEST_NAME
 
 FORMATS = ("files", "hdf5", "tfrecord", "tar")
 VERIFY_MODES = ("sha256", "size", "none")
+#: The readers' orders (hpcbench.data.readers.base.ORDERS), named here so that the config imports no torch.
+READ_ORDERS = ("samples", "runs")
 
 
 @dataclass
@@ -37,6 +39,10 @@ class IoFormatsConfig(Config):
                                         "raw bytes packed into one shared-memory tensor, and the DataLoader runs "
                                         "with batch_size=None (WebDataset's .batched, tf.data's batch before "
                                         "prefetch); false: the DataLoader batches single samples")
+    read_order: str = param("samples", "samples: each sample shuffled on its own and read alone; runs: runs of up "
+                                       "to 32 consecutive samples of a shard shuffled as units, each run one read "
+                                       "straight into the batch (FFCV's quasi-random order; needs "
+                                       "worker_batching and decode false)", choices=READ_ORDERS)
     epochs: int = param(1, "measured epochs per setting, each with a cold page cache", min=1, max=1000)
     compute_ms: float = param(20.0, "emulated accelerator compute per batch, in ms (DLIO-style)", min=0)
     image_size: int = param(128, "decoded images are resized to this square size; 0 keeps their size",
@@ -68,6 +74,9 @@ class IoFormatsConfig(Config):
                                              f"with data_prep/make_images.py --out {self.dataset}")
         if not self.formats:
             raise self._error("formats", f"is empty; allowed: {list(FORMATS)}")
+        if self.read_order == "runs" and (self.decode or not self.worker_batching):
+            raise self._error("read_order", "'runs' reads raw batches straight into their tensor: it needs "
+                                            "decode = false and worker_batching = true")
         if not self.workers:
             raise self._error("workers", "is empty; give at least one num_workers value")
         if not self.prefetch_factors:

@@ -210,15 +210,18 @@ def _labels(fmt: str, workers: int, prefetch: int, cfg: IoFormatsConfig, phase: 
 
     return {"format": fmt, "workers": workers, "prefetch_factor": prefetch, "batch_size": cfg.batch_size,
             "buffer_samples": buffer_samples(workers, cfg.batch_size, prefetch), "phase": phase,
-            "worker_batching": cfg.worker_batching}
+            "worker_batching": cfg.worker_batching, "read_order": cfg.read_order}
 
 
 def _open(folder: Path, cfg: IoFormatsConfig, **extra: Any):
     from hpcbench.data.readers import open_dataset
 
     options = dict(seed=cfg.seed, decode=cfg.decode, image_size=cfg.image_size or None, verify=cfg.verify,
-                   batch_in_worker=cfg.batch_size if cfg.worker_batching else None)
-    return open_dataset(folder, **{**options, **extra})
+                   batch_in_worker=cfg.batch_size if cfg.worker_batching else None, order=cfg.read_order)
+    options.update(extra)
+    if not options["batch_in_worker"]:  # a per-sample read (the ordered reference pass) has no runs
+        options["order"] = "samples"
+    return open_dataset(folder, **options)
 
 
 def run(cfg: IoFormatsConfig, writer: RecordWriter, out_dir: str | os.PathLike,

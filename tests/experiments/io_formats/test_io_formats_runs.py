@@ -85,6 +85,29 @@ def test_config_rejects_bad_values():
         IoFormatsConfig.from_dict({"verify": "md5"})
     with pytest.raises(ConfigError, match="workers"):
         IoFormatsConfig.from_dict({"workers": []})
+    with pytest.raises(ConfigError, match="read_order"):
+        IoFormatsConfig.from_dict({"read_order": "sideways"})
+    with pytest.raises(ConfigError, match="read_order.*decode = false"):
+        IoFormatsConfig.from_dict({"read_order": "runs"})          # decode is on by default
+    with pytest.raises(ConfigError, match="read_order.*worker_batching"):
+        IoFormatsConfig.from_dict({"read_order": "runs", "decode": False, "worker_batching": False})
+
+
+def test_run_reads_through_the_dataloader_every_sample_once(tmp_path):
+    # read_order = 'runs' through the experiment's own DataLoader path (2 workers), storage only
+    from hpcbench.core.results import read_records
+    from hpcbench.experiments.io_formats.worker import run
+
+    cfg = IoFormatsConfig.from_dict({**TINY, "workers": [2], "decode": False, "read_order": "runs", "stage": False,
+                                     "corrupt_shards": 0, "verify": "size"})
+    with RecordWriter(tmp_path / "r.parquet", RecordContext(experiment="io_formats")) as w:
+        run(cfg, w, tmp_path / "out", progress=lambda *_: None)
+    df = read_records(tmp_path / "r.parquet")
+    sweep = summarize(df)
+    sweep = sweep[sweep["phase"] == "sweep"]
+    assert set(sweep["format"]) == {"files", "hdf5", "tfrecord", "tar"} and (sweep["exactly_once"] == 1).all()
+    timed = df[df["metric"] == "samples_per_s"]
+    assert len(timed) and timed["labels"].str.contains('"read_order": "runs"').all()
 
 
 def test_missing_dataset_path_is_a_clear_error(tmp_path):

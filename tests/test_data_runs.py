@@ -1,0 +1,149 @@
+"""Run reads (``order="runs"``): runs of consecutive samples shuffled as units, each read in one call
+straight into the batch, framing included; every sample once per epoch with its source's bytes, records
+checked where they lie, a damaged shard repaired mid-run."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+from torch.utils.data import DataLoader
+
+from data_fixtures import SHARD_FORMATS, SPEC, image_sets, source_samples  # noqa: F401
+from hpcbench.data.errors import DataError
+from hpcbench.data.manifest import load_manifest, sha256_file
+from hpcbench.data.plan import cut_runs
+from hpcbench.data.readers import image_bytes, loader_options, open_dataset
+from hpcbench.data.staging import stage_dataset
+
+ALL_FORMATS = ("files",) + SHARD_FORMATS
+
+
+def test_cut_runs_partitions_the_positions_and_moves_its_boundaries():
+    assert cut_runs(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert cut_runs(0, 4) == [] and cut_runs(3, 8) == [(0, 3)]
+    firsts = set()
+    for seed in range(40):
+        runs = cut_runs(50, 7, random.Random(seed))
+        assert [a for a, _ in runs] == [0] + [b for _, b in runs[:-1]] and runs[-1][1] == 50
+        assert all(1 <= b - a <= 7 for a, b in runs)
+        assert all(b - a == 7 for a, b in runs[1:-1])  # only the first and the last are short
+        firsts.add(runs[0][1])
+    assert firsts == set(range(1, 8)), "the first run's length is drawn from 1..run"
+    with pytest.raises(ValueError, match="run=0"):
+        cut_runs(5, 0)
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_runs_deliver_every_sample_once_with_the_sources_bytes(image_sets, fmt):
+    # 2 ranks x 2 DataLoader workers, batches of 4 filled from runs of up to 3 samples.
+    expected = source_samples(image_sets["files"])
+    orders = []
+    for epoch in (0, 1):
+        got: dict[int, tuple[bytes, int]] = {}
+        order = []
+        for rank in (0, 1):
+            ds = open_dataset(image_sets[fmt], rank=rank, world_size=2, seed=1, decode=False, verify="size",
+                              batch_in_worker=4, order="runs", run_samples=3)
+            ds.set_epoch(epoch)
+            for batch in DataLoader(ds, num_workers=2, **loader_options(ds, 4)):
+                spans = batch["image_spans"]
+                assert spans.shape == (len(batch["index"]), 2) and int(spans.max()) <= batch["image"].numel()
+                assert (spans[:, 1] - spans[:, 0]).tolist() == batch["nbytes"].tolist()
+                for i, data, label in zip(batch["index"].tolist(), image_bytes(batch), batch["label"].tolist()):
+                    assert i not in got, f"epoch {epoch}: sample {i} delivered twice"
+                    got[i] = (data, label)
+                    order.append(i)
+        assert got == expected, f"epoch {epoch}: lost samples, wrong bytes or wrong labels"
+        orders.append(order)
+    assert orders[0] != orders[1], "the order should change between epochs"
+
+
+@pytest.mark.parametrize("fmt", SHARD_FORMATS)
+def test_a_run_is_one_read_and_runs_are_shuffled_as_units(image_sets, fmt):
+    n = SPEC.count
+    ordered = open_dataset(image_sets[fmt], decode=False, verify="size", shuffle=False, batch_in_worker=8,
+                           order="runs", run_samples=4)
+    batches = list(ordered)
+    assert [i for b in batches for i in b["index"].tolist()] == list(range(n))  # no shuffle: file order
+    # Runs of 4 cut at batch edges and at shard ends: far fewer reads than samples, at least n / 4.
+    assert n // 4 <= ordered.reads < n // 2
+    shuffled = open_dataset(image_sets[fmt], decode=False, verify="size", seed=3, batch_in_worker=8,
+                            order="runs", run_samples=4, shuffle_buffer=64)
+    order = [i for b in shuffled for i in b["index"].tolist()]
+    assert sorted(order) == list(range(n)) and order != list(range(n))
+    # Each maximal stretch of consecutive indices is whole runs; a shuffle that kept runs apart leaves many
+    # stretches of at most a few runs, not the file order.
+    breaks = sum(1 for x, y in zip(order, order[1:]) if y != x + 1)
+    assert breaks >= n // 4 // 3
+
+
+def test_runs_are_refused_where_they_cannot_apply(image_sets):
+    folder = image_sets["tar"]
+    with pytest.raises(DataError, match="order='sideways'"):
+        open_dataset(folder, decode=False, batch_in_worker=4, order="sideways")
+    with pytest.raises(DataError, match="decode=True"):
+        open_dataset(folder, decode=True, batch_in_worker=4, order="runs")
+    with pytest.raises(DataError, match="batch_in_worker=None"):
+        open_dataset(folder, decode=False, order="runs")
+    with pytest.raises(DataError, match="run_samples=0"):
+        open_dataset(folder, decode=False, batch_in_worker=4, order="runs", run_samples=0)
+
+
+@pytest.fixture
+def staged(image_sets, tmp_path):
+    return lambda fmt: stage_dataset(image_sets[fmt], tmp_path / f"staged-{fmt}", workers=2).path
+
+
+@pytest.mark.parametrize("fmt", SHARD_FORMATS)
+def test_a_shard_truncated_under_a_run_is_repaired_and_its_samples_read_again(staged, image_sets, fmt):
+    folder = staged(fmt)
+    manifest, _ = load_manifest(folder)
+    victim = folder / manifest.shards[0].path
+    ds = open_dataset(folder, decode=False, verify="none", shuffle=False, batch_in_worker=4, order="runs",
+                      run_samples=3)
+    batches = iter(ds)
+    first = next(batches)                          # shard 0 is open, most of it unread
+    assert first["index"].tolist() == [0, 1, 2, 3]
+    with open(victim, "r+b") as fh:                # the very file the reader holds, cut short
+        fh.truncate(victim.stat().st_size // 3)
+    got = [first, *batches]
+    assert [i for b in got for i in b["index"].tolist()] == list(range(SPEC.count))
+    want = {i: data for i, (data, _) in source_samples(image_sets["files"]).items()}
+    for batch in got:
+        for i, data in zip(batch["index"].tolist(), image_bytes(batch)):
+            assert data == want[i], f"sample {i}: bytes differ after the repair"
+    assert len(ds.repairs()) == 1 and sha256_file(victim) == manifest.shards[0].sha256
+
+
+def test_tfrecord_runs_check_each_record_where_it_lies(staged, image_sets):
+    # A byte flipped inside one record after the index was built (same inode, size and mtime): only the
+    # CRC-32C check of the record inside the run read can find it; the shard is repaired, the bytes right.
+    folder = staged("tfrecord")
+    manifest, _ = load_manifest(folder)
+    ds = open_dataset(folder, decode=False, verify="none", batch_in_worker=6, seed=2, order="runs", run_samples=5)
+    assert sorted(i for b in ds for i in b["index"].tolist()) == list(range(SPEC.count)) and not ds.repairs()
+    victim = folder / manifest.shards[1].path
+    before = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(victim, "r+b") as fh:
+        fh.write(bytes(data))
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+    ds.set_epoch(1)
+    want = {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
+    got = {i: data for batch in ds for i, data in zip(batch["index"].tolist(), image_bytes(batch))}
+    assert got == want
+    assert [r["shard"] for r in ds.repairs()] == [str(victim)] and "CRC" in ds.repairs()[0]["reason"]
+
+
+def test_runs_from_shards_held_in_memory_after_a_sha256_check(image_sets, tmp_path):
+    # verify="sha256" reads each shard whole to hash it; runs are then copied out of that memory.
+    folder = tmp_path / "tar"
+    shutil.copytree(image_sets["tar"], folder)
+    ds = open_dataset(folder, decode=False, verify="sha256", seed=4, batch_in_worker=5, order="runs")
+    want = {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
+    got = {i: data for batch in ds for i, data in zip(batch["index"].tolist(), image_bytes(batch))}
+    assert got == want
