@@ -98,7 +98,8 @@ def cache_states(text: str) -> list[str]:
 
 
 def paired_rounds(files: list[list[Path]], reader: Callable[[int, int], tuple[float, float]], rounds: int,
-                  cache: str, notes: set[str] | None = None) -> list[dict[str, list[float]]]:
+                  cache: str, notes: set[str] | None = None,
+                  batch_bytes: int | None = None) -> list[dict[str, list[float]]]:
     """Each subject's reader and a plain sequential read of the same files, round after round.
 
     Subject ``k``'s files are ``files[k]``; ``reader(k, round)`` runs one epoch and returns (wall s,
@@ -106,24 +107,32 @@ def paired_rounds(files: list[list[Path]], reader: Callable[[int, int], tuple[fl
     the subjects' order and which side goes first, so drift on a shared machine and one side's
     pages favour neither. Returns per subject the lists ``reader``, ``reader_cpu``, ``seq``,
     ``seq_cpu`` and ``share`` (sequential time / reader time, per round); ``notes`` collects what
-    was done to the cache.
+    was done to the cache. With ``batch_bytes``, also ``seq_batch`` and ``share_batch``: the same
+    sequential read into 4 buffers of ``batch_bytes`` in turn, memory a loader's batches occupy
+    (:func:`~hpcbench.data.page_cache.sequential_read`).
     """
-    times = [{"reader": [], "reader_cpu": [], "seq": [], "seq_cpu": [], "share": []} for _ in files]
+    keys = ["reader", "reader_cpu", "seq", "seq_cpu", "share"] + (["seq_batch", "share_batch"] if batch_bytes else [])
+    times = [{key: [] for key in keys} for _ in files]
+    sides = ("reader", "seq") + (("seq_batch",) if batch_bytes else ())
     for rnd in range(rounds):
         order = range(len(files)) if rnd % 2 == 0 else reversed(range(len(files)))
         for k in order:
             pair: dict[str, float] = {}
-            for side in (("reader", "seq") if rnd % 2 == 0 else ("seq", "reader")):
+            for side in (sides if rnd % 2 == 0 else sides[::-1]):
                 note = prepare_cache(files[k], cache)
                 if notes is not None:
                     notes.add(note.split(":")[0])
                 if side == "seq":
                     pair["seq"], pair["seq_cpu"], _ = timed(lambda: sequential_read(files[k]))
+                elif side == "seq_batch":
+                    pair["seq_batch"], _, _ = timed(lambda: sequential_read(files[k], batch_bytes, buffers=4))
                 else:
                     pair["reader"], pair["reader_cpu"] = reader(k, rnd)
             for key, value in pair.items():
                 times[k][key].append(value)
             times[k]["share"].append(pair["seq"] / pair["reader"])
+            if batch_bytes:
+                times[k]["share_batch"].append(pair["seq_batch"] / pair["reader"])
     return times
 
 

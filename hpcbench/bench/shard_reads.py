@@ -24,8 +24,11 @@ and the widely used reader of each format on the same files, in file order as th
 * tar: WebDataset (``WebDataset(urls).to_tuple("jpg", "cls")``);
 
 and, in the same round and page-cache state, a plain sequential read of the very same files
-(8 MiB ``readinto`` calls, one stream: :func:`hpcbench.data.page_cache.sequential_read`). The
-dataset object lives across rounds, as in training (its shard indexes and read buffers are kept;
+(8 MiB ``readinto`` calls, one stream: :func:`hpcbench.data.page_cache.sequential_read`), and
+the same read into 4 batch-sized buffers in turn (``share (batch buffers)``): warm, one 8 MiB buffer
+stays in the CPU's last-level cache and the copy never writes to DRAM, while a loader's batches
+live in memory the consumer holds (on this VM, 12 GB/s into 8 MiB against ~9.5 GB/s into 16 MiB
+buffers in turn). The dataset object lives across rounds, as in training (its shard indexes and read buffers are kept;
 the first, untimed epoch builds them). ``warm`` reads the files once untimed before each timed
 read; ``cold`` evicts them (checked with mincore). Share: the median over rounds of sequential
 time / reader time, rounds alternating which goes first. CPU ms: the process's CPU time per
@@ -164,24 +167,28 @@ def main(argv: list[str] | None = None) -> int:
             run()  # untimed, as ours: imports and first-use set-up
             subjects.append((fmt, name, files, lambda number, run=run: _reference_epoch(run, args.images), False))
         rows = []
+        # a batch's bytes: the second reference reads into 4 buffers of this size in turn
+        manifest = load_manifest(folders["hdf5"])[0]
+        batch_bytes = args.batch * manifest.bytes // max(manifest.samples, 1)
         for cache in caches:
             t = paired_rounds([files for _, _, files, _, _ in subjects],
-                              lambda k, rnd: subjects[k][3](rnd + 1), args.rounds, cache)
+                              lambda k, rnd: subjects[k][3](rnd + 1), args.rounds, cache, batch_bytes=batch_bytes)
             for k, (fmt, path, files, _, ours) in enumerate(subjects):
                 nbytes = sum(p.stat().st_size for p in files)
                 rows.append({"cache": cache, "format": fmt, "path": path, "ours": ours, "bytes": nbytes,
                              "reader_MB_per_s": nbytes / statistics.median(t[k]["reader"]) / 1e6,
                              "sequential_MB_per_s": nbytes / statistics.median(t[k]["seq"]) / 1e6,
                              "share": statistics.median(t[k]["share"]), "shares": t[k]["share"],
+                             "share_batch_buffers": statistics.median(t[k]["share_batch"]),
                              "reader_cpu_s": statistics.median(t[k]["reader_cpu"])})
         print(f"\n{args.images} JPEGs in {args.shard_size} shards per format; one process, no DataLoader, raw "
               f"bytes, shuffled, verify=size; median of {args.rounds} rounds\n")
         print(f"{'cache':5s} {'format':9s} {'path':66s} {'reader MB/s':>11s} {'seq MB/s':>9s} {'share':>6s} "
-              f"{'min-max':>11s} {'CPU ms':>7s}")
+              f"{'min-max':>11s} {'CPU ms':>7s} {'share (batch buffers)':>22s}")
         for r in rows:
             print(f"{r['cache']:5s} {r['format']:9s} {r['path']:66s} {r['reader_MB_per_s']:11.0f} "
                   f"{r['sequential_MB_per_s']:9.0f} {r['share']:6.0%} {min(r['shares']):5.0%}-{max(r['shares']):<5.0%} "
-                  f"{r['reader_cpu_s'] * 1e3:7.0f}")
+                  f"{r['reader_cpu_s'] * 1e3:7.0f} {r['share_batch_buffers']:22.0%}")
         print()
         for cache in caches:
             for fmt in FORMATS:
@@ -190,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                 ref = next(r for r in mine if not r["ours"])
                 verdict = "MET" if best["share"] >= SHARE_TARGET else "MISSED"
                 print(f"target ({cache} cache, {fmt}, best path: {best['path']}): {best['share']:.0%} of the plain "
-                      f"sequential read (target >= {SHARE_TARGET:.0%}: {verdict}); "
+                      f"sequential read (target >= {SHARE_TARGET:.0%}: {verdict}; {best['share_batch_buffers']:.0%} of "
+                      f"the same read into batch-sized buffers); "
                       f"{best['reader_MB_per_s'] / ref['reader_MB_per_s']:.2f}x {ref['path']} "
                       f"(target >= 1: {'MET' if best['reader_MB_per_s'] >= ref['reader_MB_per_s'] else 'MISSED'})")
         if args.json:

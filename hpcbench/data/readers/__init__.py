@@ -21,16 +21,22 @@ Runs of up to 32 neighbouring samples shuffled as units, each run one read (the 
     ds = open_dataset("data/images-tar", decode=False, batch_in_worker=128, order="runs", run_samples=32)
     for batch in DataLoader(ds, num_workers=2, **loader_options(ds, 128)): ...   # batch["image_spans"]
 
+Worker batches in a ring of reused shared-memory buffers (a batch is overwritten 6 batches of its worker later)::
+
+    ds = open_dataset("data/images-tar", decode=False, batch_in_worker=128, order="runs", batch_ring=6)
+    for batch in DataLoader(ds, num_workers=2, prefetch_factor=2, **loader_options(ds, 128)):
+        ...; assert batch_is_current(batch)   # done with it before its worker's buffer comes round again
+
 The weather data set (gridded fields, not images) has its own reader, outside :data:`READERS`::
 
     ds = WeatherDataset("data/weather", rank=0, world_size=1, seed=0, block_size=16)
     for batch in DataLoader(ds, batch_size=8, num_workers=2): ...   # batch["x"], batch["y"]; block_reads(batch)
 """
 
-from hpcbench.data.readers.base import (READERS, ShardedImageDataset, collate_samples, decode_jpeg, image_bytes,
-                                        loader_options, open_dataset)
+from hpcbench.data.readers.base import (READERS, ShardedImageDataset, batch_is_current, collate_samples, decode_jpeg,
+                                        image_bytes, loader_options, open_dataset)
 from hpcbench.data.readers import files, hdf5, tar, tfrecord  # noqa: F401  (registers the readers)
 from hpcbench.data.readers.weather import WeatherDataset, block_reads
 
-__all__ = ["READERS", "ShardedImageDataset", "WeatherDataset", "block_reads", "collate_samples", "decode_jpeg",
-           "image_bytes", "loader_options", "open_dataset"]
+__all__ = ["READERS", "ShardedImageDataset", "WeatherDataset", "batch_is_current", "block_reads", "collate_samples",
+           "decode_jpeg", "image_bytes", "loader_options", "open_dataset"]

@@ -43,6 +43,10 @@ class IoFormatsConfig(Config):
                                        "to 32 consecutive samples of a shard shuffled as units, each run one read "
                                        "straight into the batch (FFCV's quasi-random order; needs "
                                        "worker_batching and decode false)", choices=READ_ORDERS)
+    reuse_batch_memory: bool = param(False, "each DataLoader worker keeps its batches in a ring of max(prefetch_factors) "
+                                            "+ 4 shared-memory buffers, reused in turn, instead of fresh shared memory "
+                                            "per batch; each step checks its batch was not overwritten (needs "
+                                            "worker_batching and decode false)")
     epochs: int = param(1, "measured epochs per setting, each with a cold page cache", min=1, max=1000)
     compute_ms: float = param(20.0, "emulated accelerator compute per batch, in ms (DLIO-style)", min=0)
     image_size: int = param(128, "decoded images are resized to this square size; 0 keeps their size",
@@ -77,6 +81,9 @@ class IoFormatsConfig(Config):
         if self.read_order == "runs" and (self.decode or not self.worker_batching):
             raise self._error("read_order", "'runs' reads raw batches straight into their tensor: it needs "
                                             "decode = false and worker_batching = true")
+        if self.reuse_batch_memory and (self.decode or not self.worker_batching):
+            raise self._error("reuse_batch_memory", "the ring holds raw batches read straight into it: it needs "
+                                                    "decode = false and worker_batching = true")
         if not self.workers:
             raise self._error("workers", "is empty; give at least one num_workers value")
         if not self.prefetch_factors:

@@ -39,6 +39,10 @@ from hpcbench.core.results import RecordWriter
 from hpcbench.experiments.io_formats.config import IoFormatsConfig
 from hpcbench.system.facts import filesystem_of
 
+#: Batches measure_epoch's consumer holds at once: the device prefetcher's queue of 2, the one its thread waits to
+#: put, and the step's own. A worker's ring buffer must not come round before the consumer is done with it.
+CONSUMER_HOLDS = 4
+
 # -- measuring one epoch ----------------------------------------------------------------
 
 @dataclass
@@ -79,7 +83,8 @@ def measure_epoch(dataset, *, epoch: int, workers: int, prefetch_factor: int, ba
 
     from hpcbench.data.page_cache import evict
     from hpcbench.data.prefetch import DevicePrefetcher
-    from hpcbench.data.readers import loader_options
+    from hpcbench.data.errors import DataError
+    from hpcbench.data.readers import batch_is_current, loader_options
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dataset.set_epoch(epoch)
@@ -109,6 +114,10 @@ def measure_epoch(dataset, *, epoch: int, workers: int, prefetch_factor: int, ba
         read_s += batch["read_s"].tolist()
         nbytes += int(batch["nbytes"].sum())
         opens += int(batch["opens"].sum())
+        if not batch_is_current(batch):  # its worker's ring buffer came round before the step was done with it
+            raise DataError(f"a batch's shared memory was reused by its worker before its step ended: the ring of "
+                            f"{dataset.batch_ring} buffers is too small for prefetch_factor={prefetch_factor} and "
+                            f"this consumer")
     wall = time.perf_counter() - t0
     n = len(dataset) if expected is None else expected
     unique = set(indices)
@@ -210,17 +219,20 @@ def _labels(fmt: str, workers: int, prefetch: int, cfg: IoFormatsConfig, phase: 
 
     return {"format": fmt, "workers": workers, "prefetch_factor": prefetch, "batch_size": cfg.batch_size,
             "buffer_samples": buffer_samples(workers, cfg.batch_size, prefetch), "phase": phase,
-            "worker_batching": cfg.worker_batching, "read_order": cfg.read_order}
+            "worker_batching": cfg.worker_batching, "read_order": cfg.read_order,
+            "reuse_batch_memory": cfg.reuse_batch_memory}
 
 
 def _open(folder: Path, cfg: IoFormatsConfig, **extra: Any):
     from hpcbench.data.readers import open_dataset
 
     options = dict(seed=cfg.seed, decode=cfg.decode, image_size=cfg.image_size or None, verify=cfg.verify,
-                   batch_in_worker=cfg.batch_size if cfg.worker_batching else None, order=cfg.read_order)
+                   batch_in_worker=cfg.batch_size if cfg.worker_batching else None, order=cfg.read_order,
+                   # a worker's buffer comes round after the DataLoader's prefetch and what the consumer holds
+                   batch_ring=max(cfg.prefetch_factors) + CONSUMER_HOLDS if cfg.reuse_batch_memory else 0)
     options.update(extra)
-    if not options["batch_in_worker"]:  # a per-sample read (the ordered reference pass) has no runs
-        options["order"] = "samples"
+    if not options["batch_in_worker"]:  # a per-sample read (the ordered reference pass) has no runs, no ring
+        options.update(order="samples", batch_ring=0)
     return open_dataset(folder, **options)
 
 

@@ -91,15 +91,18 @@ def test_config_rejects_bad_values():
         IoFormatsConfig.from_dict({"read_order": "runs"})          # decode is on by default
     with pytest.raises(ConfigError, match="read_order.*worker_batching"):
         IoFormatsConfig.from_dict({"read_order": "runs", "decode": False, "worker_batching": False})
+    with pytest.raises(ConfigError, match="reuse_batch_memory.*decode = false"):
+        IoFormatsConfig.from_dict({"reuse_batch_memory": True})
 
 
 def test_run_reads_through_the_dataloader_every_sample_once(tmp_path):
-    # read_order = 'runs' through the experiment's own DataLoader path (2 workers), storage only
+    # read_order = 'runs' and the ring of batch buffers through the experiment's own DataLoader path (2 workers,
+    # the device prefetcher), storage only: measure_epoch fails the run if a step's batch was overwritten
     from hpcbench.core.results import read_records
     from hpcbench.experiments.io_formats.worker import run
 
     cfg = IoFormatsConfig.from_dict({**TINY, "workers": [2], "decode": False, "read_order": "runs", "stage": False,
-                                     "corrupt_shards": 0, "verify": "size"})
+                                     "corrupt_shards": 0, "verify": "size", "reuse_batch_memory": True})
     with RecordWriter(tmp_path / "r.parquet", RecordContext(experiment="io_formats")) as w:
         run(cfg, w, tmp_path / "out", progress=lambda *_: None)
     df = read_records(tmp_path / "r.parquet")
@@ -108,6 +111,7 @@ def test_run_reads_through_the_dataloader_every_sample_once(tmp_path):
     assert set(sweep["format"]) == {"files", "hdf5", "tfrecord", "tar"} and (sweep["exactly_once"] == 1).all()
     timed = df[df["metric"] == "samples_per_s"]
     assert len(timed) and timed["labels"].str.contains('"read_order": "runs"').all()
+    assert timed["labels"].str.contains('"reuse_batch_memory": true').all()
 
 
 def test_missing_dataset_path_is_a_clear_error(tmp_path):
