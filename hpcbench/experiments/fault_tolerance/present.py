@@ -176,6 +176,7 @@ def present_fault_tolerance(data: ExperimentData) -> list[Section]:
         rows, points = [], []
         tried = pick(surv, "try_failed")
         repaired = pick(stats[stats["phase"] == "repair"], "shard_repaired")
+        unjudged = pick(stats[stats["phase"] == "repair"], "repair_unjudged")
         for s, v in pairs:
             arms = failed[(failed["source"] == s) & (failed["variant"] == v)]
             tries_here = tried[(tried["source"] == s) & (tried["variant"] == v)]
@@ -184,6 +185,9 @@ def present_fault_tolerance(data: ExperimentData) -> list[Section]:
             fixed = repaired[(repaired["source"] == s) & (repaired["variant"] == v)]
             fix_text = (f"{fmt_number(float(fixed['mean'].iloc[0]) * int(fixed['n'].iloc[0]), 3)} of "
                         f"{int(fixed['n'].iloc[0])}" if len(fixed) else "—")
+            left = unjudged[(unjudged["source"] == s) & (unjudged["variant"] == v)]
+            if len(left):  # checks a flip across a try's end left undecidable, counted neither way
+                fix_text += f" ({int(left['n'].sum())} not judged: flipped across a try's end)"
             for r in sorted(arms.itertuples(), key=lambda r: -int(r.tries)):
                 jobs, share = int(r.n), float(r.mean)
                 k = round(share * jobs)

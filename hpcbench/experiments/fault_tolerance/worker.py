@@ -629,6 +629,7 @@ class InjectedEvent:
     kind: str           #: "kill" or "corrupt"
     job: tuple | None   #: the job it struck (index, arm), None when no try was running
     shard: str | None = None
+    done: float | None = None  #: time.time() once a flip was written (a corruption's damage lies in [at, done])
 
 
 class Injector:
@@ -697,7 +698,7 @@ class Injector:
                     name = shards[min(int(pick * len(shards)), len(shards) - 1)]
                     with contextlib.suppress(OSError):
                         corrupt_shard(data / name, how="flip", at=where)
-                        self.events.append(InjectedEvent(now, kind, job, name))
+                        self.events.append(InjectedEvent(now, kind, job, name, time.time()))
 
 
 def _utc(stamp: str) -> float:
@@ -754,20 +755,26 @@ def run_survival_job(script: Path, tries: int, data: Path, try_s: float, log: Pa
     return JobRun(status, attempts, repaired, intact)
 
 
-def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool, str]]:
+def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool | None, str]]:
     """After each failed try that has a next one: was every shard the injector had damaged repaired first?
 
     A shard counts as repaired when the wrapper's repair step listed it after that try and the
     next try found every shard intact (sha256) at its start; that start check is not asked of
     a next try the injector damaged a shard under (it may have struck before the check).
 
+    A flip is known to lie between the injector's two stamps (``at``, taken before it looked for a
+    running try, and ``done``, once written). When a shard found wanting after try ``k`` was flipped
+    across try ``k``'s end, the flip may have landed after the repair step had checked that shard
+    (the injector's thread can be held up between its stamps on a loaded node): the check cannot be
+    judged either way and is returned as ``None`` with the reason, never counted as repaired or not.
+
     Returns:
-        (repaired, why not) per failed try that left damaged shards behind.
+        (repaired, why not) per failed try that left damaged shards behind; ``None``: not judged.
     """
-    corruptions = sorted((e.at, e.shard) for e in events if e.kind == "corrupt")
+    corruptions = sorted((e.at, e.shard, e.at if e.done is None else e.done) for e in events if e.kind == "corrupt")
     pending: set[str] = set()
     seen = 0
-    checks = []
+    checks: list[tuple[bool | None, str]] = []
     for k, (_, end, rc) in enumerate(run.attempts[:-1], start=1):
         # the log's stamps are cut to the millisecond: a flip in the try's last millisecond is its own
         while seen < len(corruptions) and corruptions[seen][0] <= end + STAMP_SLACK_S:
@@ -776,14 +783,20 @@ def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool, 
         repaired = run.repaired_after.get(k, set())
         if rc != 0 and pending:
             next_end = run.attempts[k][1]
-            again = any(end + STAMP_SLACK_S < at <= next_end + STAMP_SLACK_S for at, _ in corruptions)
+            again = any(end + STAMP_SLACK_S < at <= next_end + STAMP_SLACK_S for at, _, _ in corruptions)
             listed = pending <= repaired
             intact = run.intact_at_start.get(k + 1, 1) == 1 or again
-            why = "" if listed and intact else (
-                f"after try {k}: " + ", ".join(
-                    ([f"{sorted(pending - repaired)} not repaired"] if not listed else [])
-                    + ([f"try {k + 1} found a bad shard at its start"] if not intact else [])))
-            checks.append((listed and intact, why))
+            across = sorted({shard for at, shard, done in corruptions
+                             if at <= end + STAMP_SLACK_S < done and shard in pending})
+            if not (listed and intact) and across:
+                checks.append((None, f"after try {k}: not judged: {across} flipped across the try's end "
+                                     f"(the flip may have landed after the repair checked it)"))
+            else:
+                why = "" if listed and intact else (
+                    f"after try {k}: " + ", ".join(
+                        ([f"{sorted(pending - repaired)} not repaired"] if not listed else [])
+                        + ([f"try {k + 1} found a bad shard at its start"] if not intact else [])))
+                checks.append((listed and intact, why))
         pending -= repaired
     return checks
 
@@ -850,6 +863,10 @@ def measure_survival_jobs(cfg: FaultToleranceConfig, work: Path, writer: RecordW
                     seq += 1
                 if tries > 1:
                     for ok, why in repair_checks(run, events):
+                        if ok is None:  # recorded apart: a check that cannot be judged counts neither way
+                            writer.add("repair_unjudged", 1.0, "count", step=repairs[1],
+                                       labels={"phase": "repair", "tries": tries}, text=why)
+                            continue
                         writer.add("shard_repaired", 1.0 if ok else 0.0, "bool", step=repairs[1],
                                    labels={"phase": "repair", "tries": tries}, text=why or None)
                         repairs[0] += ok

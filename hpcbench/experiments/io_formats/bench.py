@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := set(paths) - set(PATHS):
             raise SystemExit(f"--paths: unknown {sorted(unknown)}; allowed: {list(PATHS)}")
         runs = [(p, f) for p in paths for f in FORMATS]
+        # a batch's bytes, the same for every format (their payload): the second warm reference's buffer size
+        images = load_manifest(folders["files"])[0]
+        batch_bytes = args.batch_size * images.bytes // max(images.samples, 1)
         results: dict[str, dict[str, dict[str, dict]]] = {m: {p: {} for p in paths} for m in modes}
         notes: set[str] = set()
         for mode in modes:
@@ -173,7 +176,6 @@ def main(argv: list[str] | None = None) -> int:
                         t0 = time.perf_counter()
                         sequential_read(files)
                         seq[key].append(time.perf_counter() - t0)
-                        batch_bytes = args.batch_size * ds.manifest.bytes // max(ds.manifest.samples, 1)
                         t0 = time.perf_counter()
                         sequential_read(files, batch_bytes, buffers=4)
                         seq_batch[key].append(time.perf_counter() - t0)

@@ -167,3 +167,45 @@ def test_failure_ratio_brackets_the_truth_with_exact_bounds():
     assert wide.low == pytest.approx(low / 0.55) and wide.high == pytest.approx(high / 0.45)
     band = survival_reference(0.5)
     assert band.lower == pytest.approx(0.5 ** 0.5) and band.upper == pytest.approx(2 ** 0.5)
+
+
+# -- the repair checks of the survival phase (pure: a wrapper's log and the injector's record) ---------------
+
+def _run(attempts, repaired=None, intact=None):
+    from hpcbench.experiments.fault_tolerance.worker import JobRun
+
+    return JobRun(exit_status=attempts[-1][2], attempts=attempts, repaired_after=repaired or {},
+                  intact_at_start=intact or {})
+
+
+def _flip(at, shard, done=None):
+    from hpcbench.experiments.fault_tolerance.worker import InjectedEvent
+
+    return InjectedEvent(at, "corrupt", (0, "wrapper"), shard, at + 0.001 if done is None else done)
+
+
+def test_repair_checks_count_a_listed_shard_and_fail_an_unlisted_one():
+    from hpcbench.experiments.fault_tolerance.worker import repair_checks
+
+    tries = [(0.0, 1.0, 1), (1.5, 2.5, 1), (3.0, 4.0, 0)]
+    flips = [_flip(0.5, "a"), _flip(2.0, "b")]
+    assert repair_checks(_run(tries, {1: {"a"}, 2: {"b"}}), flips) == [(True, ""), (True, "")]
+    assert repair_checks(_run(tries, {1: {"a"}}), flips) == [(True, ""), (False, "after try 2: ['b'] not repaired")]
+    # listed, but the next try found a bad shard at its start: not repaired either
+    assert repair_checks(_run(tries, {1: {"a"}, 2: {"b"}}, {3: 0}), flips)[1] == (
+        False, "after try 2: try 3 found a bad shard at its start")
+
+
+def test_a_flip_across_a_tries_end_is_not_judged_either_way():
+    # Stamped before try 2 ended, written after: it may have landed after the repair checked the shard.
+    from hpcbench.experiments.fault_tolerance.worker import repair_checks
+
+    tries = [(0.0, 1.0, 1), (1.5, 2.5, 1), (3.0, 4.0, 0)]
+    across = [_flip(0.5, "a"), _flip(2.499, "b", done=2.6)]
+    (first, second) = repair_checks(_run(tries, {1: {"a"}}), across)
+    assert first == (True, "") and second[0] is None and "['b'] flipped across the try's end" in second[1]
+    # the same flip, listed by the repair anyway: judged, and repaired
+    assert repair_checks(_run(tries, {1: {"a"}, 2: {"b"}}), across)[1] == (True, "")
+    # a flip written well inside the try: an unlisted shard is a real failure
+    inside = [_flip(0.5, "a"), _flip(2.0, "b", done=2.1)]
+    assert repair_checks(_run(tries, {1: {"a"}}), inside)[1] == (False, "after try 2: ['b'] not repaired")
