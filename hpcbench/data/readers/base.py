@@ -50,8 +50,7 @@ move), the runs are shuffled as units in a buffer of ``shuffle_buffer // run_sam
 batch is filled run by run (a run longer than the room left is cut, its rest opens the next
 batch). Each run, or the part of it in one batch, is one read straight into the batch tensor,
 whatever lies between its samples included (tar headers, TFRecord framing, whose CRC-32Cs are
-checked in place, by a :class:`RecordChecker` thread while the next run is read, all before the
-batch leaves); ``image_spans`` (``N x 2``) says where each sample's bytes lie. The order
+checked in place); ``image_spans`` (``N x 2``) says where each sample's bytes lie. The order
 is coarser than a per-sample shuffle: a batch holds a few runs of neighbours from the shards
 in the buffer (FFCV's quasi-random order makes the same trade). Every sample is still read
 exactly once per epoch; a run whose read fails repairs the shard and reads its samples one by
@@ -413,36 +412,6 @@ def _cut(index: tuple[np.ndarray, ...] | None, start: int, stop: int, where: str
     return SampleExtents(starts, sizes, labels, extra=tuple(extra), **source)
 
 
-def _check_run(check: Callable[[memoryview, int], None], out: memoryview, base: int, a: int, starts: list[int],
-               ends: list[int]) -> None:
-    """Each record of a run read into ``out`` (from file offset ``base``) through the format's ``check``."""
-    for k, (x, y) in enumerate(zip(starts, ends), start=a):
-        check(out[x - base:y - base], k)
-
-
-class RecordChecker:
-    """One thread that checks a run's records (TFRecord's CRC-32Cs, which release the GIL) while the
-    reader's own thread reads the next run: the CRC costs about as much CPU as the copy itself.
-
-    Made per process on first use (a forked DataLoader worker inherits no running thread) and never
-    pickled with the dataset.
-    """
-
-    def __init__(self) -> None:
-        self._pid: int | None = None
-        self._pool = None
-
-    def submit(self, check: Callable[[], None]):
-        if self._pid != os.getpid():
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool, self._pid = ThreadPoolExecutor(1, thread_name_prefix="hpcbench-check"), os.getpid()
-        return self._pool.submit(check)
-
-    def __reduce__(self):
-        return RecordChecker, ()
-
-
 class _Source:
     """A piece's opened shard while its samples wait in the shuffle buffer; closed after its last is read."""
 
@@ -470,13 +439,12 @@ class _Source:
         lo, hi, _ = self.records
         return int(hi[b - 1] - lo[a])
 
-    def read_run(self, out: memoryview, a: int, b: int) -> Callable[[], None] | None:
-        """Samples ``a .. b-1`` of the piece in one read into ``out`` (:meth:`run_bytes` long); returns the
-        check of their records still to make (None: this format has none), which raises
-        :class:`CorruptRecordError` on a record that fails it.
+    def read_run(self, out: memoryview, a: int, b: int) -> np.ndarray:
+        """Samples ``a .. b-1`` of the piece in one read into ``out`` (:meth:`run_bytes` long), each record
+        checked; returns where each sample's bytes begin in ``out``.
 
         Raises:
-            CorruptRecordError: fewer bytes than planned (the shard changed).
+            CorruptRecordError: fewer bytes than planned (the shard changed), or a record fails its check.
         """
         lo, hi, at = self.records
         base = int(lo[a])
@@ -490,10 +458,10 @@ class _Source:
         if got != len(out):
             # the caller repairs the shard, naming its file
             raise CorruptRecordError(f"read {got} of {len(out)} bytes of samples {a}..{b - 1} of the piece")
-        if self.ext.check is None:
-            return None
-        # what the check needs, taken now: a repair may give this source other records before it runs
-        return partial(_check_run, self.ext.check, out, base, a, lo[a:b].tolist(), hi[a:b].tolist())
+        if self.ext.check is not None:
+            for k, (x, y) in enumerate(zip(lo[a:b].tolist(), hi[a:b].tolist()), start=a):
+                self.ext.check(out[x - base:y - base], k)
+        return at[a:b] - base
 
     def read_into(self, out: memoryview, k: int) -> int:
         """Sample ``k`` of the piece into ``out``; the bytes read (fewer: the shard changed)."""
@@ -788,7 +756,6 @@ class ShardedImageDataset(ShardReader):
         index = np.empty(n, np.int64)
         pos = row = 0
         perf = time.perf_counter
-        checks, done = [], []
         for source, a, b, first, seconds, opened in batch:
             m, size = b - a, source.run_bytes(a, b)
             lo, _, at = source.records
@@ -797,10 +764,7 @@ class ShardedImageDataset(ShardReader):
             out = view[pos:pos + size]
             t0 = perf()
             try:
-                check = source.read_run(out, a, b)
-                if check is not None:  # in the checker's thread, while this one reads the next run
-                    checker = self.__dict__.setdefault("_checker", RecordChecker())
-                    checks.append((checker.submit(check), source, a, out, at, sizes, row))
+                source.read_run(out, a, b)
             except REPAIRABLE as exc:
                 opened += self._read_run_again(source, a, out, at, sizes, where, exc)
             took = perf() - t0
@@ -811,15 +775,8 @@ class ShardedImageDataset(ShardReader):
             read_s[row:row + m] = took * sizes / max(int(sizes.sum()), 1)
             read_s[row] += seconds
             opens[row] += opened
-            done.append((source, m))
-            pos, row = pos + size, row + m
-        for future, source, a, out, at, sizes, row in checks:  # every run checked before the batch leaves
-            try:
-                future.result()
-            except REPAIRABLE as exc:
-                opens[row] += self._read_run_again(source, a, out, at, sizes, where, exc)
-        for source, m in done:  # only now: a run that failed its check reads again from its source
             source.done_with_one(m)
+            pos, row = pos + size, row + m
         self.reads += len(batch)
         return self._batch(packed, slot, {"image_spans": spans, "label": labels, "index": index,
                                           "nbytes": spans[:, 1] - spans[:, 0], "read_s": read_s, "opens": opens})

@@ -7,9 +7,8 @@ scratch buffer, both CRC-32Cs checked as on the per-sample path, and its image b
 the batch: a copy of ~110 KB that is still in the CPU's cache. No Example is parsed again.
 
 Run reads (``order="runs"``): a run of records is read in one call straight into the batch, framing
-included; each record's two CRC-32Cs are checked where it lies (in a thread, while the next run is
-read), and the batch's ``image_spans`` point at the image bytes inside the records. One copy per byte,
-as the other formats.
+included; each record's two CRC-32Cs are checked where it lies, and the batch's ``image_spans`` point at
+the image bytes inside the records. One copy per byte, as the other formats.
 """
 
 from __future__ import annotations
