@@ -79,6 +79,10 @@ def slowest(junits: dict[str, Path], n: int = SLOWEST) -> list[tuple[float, str,
     return sorted(rows, reverse=True)[:n]
 
 
+#: Lines of a lane's log printed when it failed without naming a failed test.
+LOG_TAIL = 30
+
+
 def failures(junits: dict[str, Path], width: int = 600) -> list[tuple[str, str, str]]:
     """Each failed or erroring test case of all lanes: (lane, test, the first ``width`` characters of its message
     and the last lines of its traceback). Printed last, so that a CI log that keeps only its tail still names them."""
@@ -150,6 +154,12 @@ def main(argv: list[str], out: Path = OUT) -> int:
         for lane, name, text in bad:
             print(f"  [{lane}]  {name}")
             for line in text.splitlines():
+                print(f"      {line}")
+    for name, _ in LANES:  # a lane that failed without a failed test (it crashed, or was killed): its log's end
+        if status[name] not in (0, NO_TESTS) and not any(lane == name for lane, _, _ in bad):
+            log = (out / f"{name}.log").read_text(errors="replace").splitlines()
+            print(f"{name} lane failed with no failed test in its JUnit file; the last lines of its log:")
+            for line in log[-LOG_TAIL:]:
                 print(f"      {line}")
     failing = [rc for name, _ in LANES if (rc := status[name]) not in (0, NO_TESTS)]
     if all(status[name] == NO_TESTS for name, _ in LANES):

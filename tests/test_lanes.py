@@ -71,3 +71,8 @@ def test_the_runner_passes_when_both_lanes_pass_and_fails_with_the_failing_lane(
     summary = out[out.index("=" * 30 + " lanes"):]
     assert "1 failed test(s):" in summary and "[local]  test_bad::test_l" in summary
     assert "assert 1 == 2" in summary.split("1 failed test(s):")[1]
+    # a lane that fails before any test (here a usage error: no JUnit file at all) shows its log's end instead
+    assert main(["-q", "-p", "no:cacheprovider", "--no-such-option"], out=lanes) == 4
+    summary = capsys.readouterr().out.split("=" * 30 + " lanes")[1]
+    assert "local lane failed with no failed test in its JUnit file" in summary
+    assert "unrecognized arguments: --no-such-option" in summary
