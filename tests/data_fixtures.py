@@ -32,3 +32,23 @@ def source_samples(folder: Path) -> dict[int, tuple[bytes, int]]:
     """{index: (JPEG bytes, label)} read straight from the source folder's files."""
     manifest, folder = load_manifest(folder)
     return {i: ((folder / s.path).read_bytes(), s.label) for i, s in enumerate(manifest.shards)}
+
+
+def flip_unnoticed(path: Path) -> None:
+    """Flip the middle byte of ``path`` in place, keeping its inode, size and mtime: an index a reader kept of
+    the file still applies, so only a check made on every read (TFRecord's CRCs) can find the damage."""
+    import os
+
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with open(path, "r+b") as fh:
+        fh.write(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def epoch_bytes(ds) -> dict[int, bytes]:
+    """{index: JPEG bytes} of one epoch of a raw-batch reader (``batch_in_worker``, ``decode=False``)."""
+    from hpcbench.data.readers import image_bytes
+
+    return {i: data for batch in ds for i, data in zip(batch["index"].tolist(), image_bytes(batch))}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from data_fixtures import SPEC, image_sets, source_samples  # noqa: F401
+from data_fixtures import SPEC, epoch_bytes, flip_unnoticed, image_sets, source_samples  # noqa: F401
 from hpcbench.data.errors import DatasetNotFoundError, ManifestError, ShardError
 from hpcbench.data.manifest import load_manifest, sha256_file, shard_paths
 from hpcbench.data.page_cache import evict, residency
@@ -109,18 +108,11 @@ def test_zero_copy_tfrecord_batches_check_every_record_and_repair_a_bad_one(stag
     first = sorted(i for b in ds for i in b["index"].tolist())
     assert first == list(range(SPEC.count)) and not ds.repairs()
     victim = folder / manifest.shards[1].path
-    before = victim.stat()
-    data = bytearray(victim.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    with open(victim, "r+b") as fh:
-        fh.write(bytes(data))
     # Same inode, size and mtime: the index kept from epoch 0 still applies, so only the CRC
     # check made on every read can find the flipped byte.
-    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+    flip_unnoticed(victim)
     ds.set_epoch(1)
-    want = {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
-    got = {i: data for batch in ds for i, data in zip(batch["index"].tolist(), image_bytes(batch))}
-    assert got == want
+    assert epoch_bytes(ds) == {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
     assert [r["shard"] for r in ds.repairs()] == [str(victim)]
 
 

@@ -4,14 +4,13 @@ checked where they lie, a damaged shard repaired mid-run."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 
 import pytest
 from torch.utils.data import DataLoader
 
-from data_fixtures import SHARD_FORMATS, SPEC, image_sets, source_samples  # noqa: F401
+from data_fixtures import SHARD_FORMATS, SPEC, epoch_bytes, flip_unnoticed, image_sets, source_samples  # noqa: F401
 from hpcbench.data.errors import DataError
 from hpcbench.data.manifest import load_manifest, sha256_file
 from hpcbench.data.plan import cut_runs
@@ -126,16 +125,9 @@ def test_tfrecord_runs_check_each_record_where_it_lies(staged, image_sets):
     ds = open_dataset(folder, decode=False, verify="none", batch_in_worker=6, seed=2, order="runs", run_samples=5)
     assert sorted(i for b in ds for i in b["index"].tolist()) == list(range(SPEC.count)) and not ds.repairs()
     victim = folder / manifest.shards[1].path
-    before = victim.stat()
-    data = bytearray(victim.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    with open(victim, "r+b") as fh:
-        fh.write(bytes(data))
-    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+    flip_unnoticed(victim)
     ds.set_epoch(1)
-    want = {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
-    got = {i: data for batch in ds for i, data in zip(batch["index"].tolist(), image_bytes(batch))}
-    assert got == want
+    assert epoch_bytes(ds) == {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
     assert [r["shard"] for r in ds.repairs()] == [str(victim)] and "CRC" in ds.repairs()[0]["reason"]
 
 
@@ -144,6 +136,4 @@ def test_runs_from_shards_held_in_memory_after_a_sha256_check(image_sets, tmp_pa
     folder = tmp_path / "tar"
     shutil.copytree(image_sets["tar"], folder)
     ds = open_dataset(folder, decode=False, verify="sha256", seed=4, batch_in_worker=5, order="runs")
-    want = {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
-    got = {i: data for batch in ds for i, data in zip(batch["index"].tolist(), image_bytes(batch))}
-    assert got == want
+    assert epoch_bytes(ds) == {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}

@@ -439,14 +439,14 @@ class _Source:
         lo, hi, _ = self.records
         return int(hi[b - 1] - lo[a])
 
-    def read_run(self, out: memoryview, a: int, b: int) -> np.ndarray:
+    def read_run(self, out: memoryview, a: int, b: int) -> None:
         """Samples ``a .. b-1`` of the piece in one read into ``out`` (:meth:`run_bytes` long), each record
-        checked; returns where each sample's bytes begin in ``out``.
+        checked (sample ``k``'s bytes then begin at ``records[2][k] - records[0][a]`` in ``out``).
 
         Raises:
             CorruptRecordError: fewer bytes than planned (the shard changed), or a record fails its check.
         """
-        lo, hi, at = self.records
+        lo, hi, _ = self.records
         base = int(lo[a])
         if self.fd is not None:
             got = os.preadv(self.fd, (out,), base)
@@ -461,7 +461,6 @@ class _Source:
         if self.ext.check is not None:
             for k, (x, y) in enumerate(zip(lo[a:b].tolist(), hi[a:b].tolist()), start=a):
                 self.ext.check(out[x - base:y - base], k)
-        return at[a:b] - base
 
     def read_into(self, out: memoryview, k: int) -> int:
         """Sample ``k`` of the piece into ``out``; the bytes read (fewer: the shard changed)."""
