@@ -67,7 +67,7 @@ import sys
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -715,6 +715,9 @@ class JobRun:
     attempts: list[tuple[float, float, int]]     #: (start, end, rc) of each try, times as time.time()
     repaired_after: dict[int, set[str]]          #: attempt -> shard names the repair step listed as repaired
     intact_at_start: dict[int, int]              #: attempt -> 1 when every shard passed its sha256 at its start
+    said_after: dict[int, list[str]] = field(default_factory=dict)
+    """attempt -> the wrapper's other log lines after it (the repair step's report, its errors): a failed
+    repair check quotes them, so that its cause can be read from the records."""
 
     def policy_followed(self, tries: int) -> bool:
         """Reran after each failed try, stopped at the first success, gave up after ``tries``, exit = last rc."""
@@ -742,17 +745,24 @@ def run_survival_job(script: Path, tries: int, data: Path, try_s: float, log: Pa
         raise RuntimeError(f"survival job {job} ({' '.join(cmd)}) did not end in time; see {log}") from None
     finally:
         injector.unwatch()
-    attempts, repaired = [], {}
+    attempts, repaired, said = [], {}, {}
     for line in log.read_text().splitlines() if log.exists() else []:
         if m := _ATTEMPT_LINE.match(line):
             attempts.append((_utc(m.group(3)), _utc(m.group(4)), int(m.group(5))))
         elif (m := _REPAIRED_LINE.match(line)) and attempts:
             repaired.setdefault(len(attempts), set()).add(Path(m.group(1).strip()).name)
+        elif attempts and line.strip():
+            said.setdefault(len(attempts), []).append(line.strip().removeprefix("run_with_retries: "))
     intact = {}
     for line in try_log.read_text().splitlines() if try_log.exists() else []:
         if m := _TRY_LINE.match(line):
             intact[int(m.group(1))] = int(m.group(2))
-    return JobRun(status, attempts, repaired, intact)
+    return JobRun(status, attempts, repaired, intact, said)
+
+
+def _quote(lines: list[str], keep: int = 4, width: int = 160) -> str:
+    """The wrapper's last ``keep`` lines after a try, for a failed check's text."""
+    return f" (the wrapper said: {' | '.join(line[:width] for line in lines[-keep:])})" if lines else ""
 
 
 def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool | None, str]]:
@@ -795,7 +805,8 @@ def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool |
                 why = "" if listed and intact else (
                     f"after try {k}: " + ", ".join(
                         ([f"{sorted(pending - repaired)} not repaired"] if not listed else [])
-                        + ([f"try {k + 1} found a bad shard at its start"] if not intact else [])))
+                        + ([f"try {k + 1} found a bad shard at its start"] if not intact else []))
+                    + _quote(run.said_after.get(k, [])))
                 checks.append((listed and intact, why))
         pending -= repaired
     return checks

@@ -171,11 +171,11 @@ def test_failure_ratio_brackets_the_truth_with_exact_bounds():
 
 # -- the repair checks of the survival phase (pure: a wrapper's log and the injector's record) ---------------
 
-def _run(attempts, repaired=None, intact=None):
+def _run(attempts, repaired=None, intact=None, said=None):
     from hpcbench.experiments.fault_tolerance.worker import JobRun
 
     return JobRun(exit_status=attempts[-1][2], attempts=attempts, repaired_after=repaired or {},
-                  intact_at_start=intact or {})
+                  intact_at_start=intact or {}, said_after=said or {})
 
 
 def _flip(at, shard, done=None):
@@ -206,6 +206,10 @@ def test_a_flip_across_a_tries_end_is_not_judged_either_way():
     assert first == (True, "") and second[0] is None and "['b'] flipped across the try's end" in second[1]
     # the same flip, listed by the repair anyway: judged, and repaired
     assert repair_checks(_run(tries, {1: {"a"}, 2: {"b"}}), across)[1] == (True, "")
-    # a flip written well inside the try: an unlisted shard is a real failure
+    # a flip written well inside the try: an unlisted shard is a real failure, quoting what the wrapper said
     inside = [_flip(0.5, "a"), _flip(2.0, "b", done=2.1)]
     assert repair_checks(_run(tries, {1: {"a"}}), inside)[1] == (False, "after try 2: ['b'] not repaired")
+    said = {2: ["after attempt 2: node states n1=idle", "repair step exited 1; trying again anyway"]}
+    assert repair_checks(_run(tries, {1: {"a"}}, said=said), inside)[1] == (
+        False, "after try 2: ['b'] not repaired (the wrapper said: after attempt 2: node states n1=idle | "
+               "repair step exited 1; trying again anyway)")
