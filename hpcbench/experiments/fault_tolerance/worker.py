@@ -683,7 +683,8 @@ class Injector:
                 # fall behind the try's end stamp in the wrapper's log. A flip then counted for the next try's
                 # window, while the repair after this try had already fixed it: "not repaired" where it was
                 # (7 of 371 checks, all "after try 2", on 2026-12-03 with the time taken after the flip; 1 of
-                # 129 with it taken after the /proc scan but before the flip).
+                # 129 with it taken after the /proc scan but before the flip). A flip also stamps when it was
+                # written (`done`): repair_checks leaves a flip across a try's end unjudged.
                 now = time.time()
                 target = self._target
                 groups = try_groups(target[1]) if target else []

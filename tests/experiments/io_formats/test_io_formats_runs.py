@@ -87,6 +87,9 @@ def test_config_rejects_bad_values():
         IoFormatsConfig.from_dict({"workers": []})
     with pytest.raises(ConfigError, match="read_order"):
         IoFormatsConfig.from_dict({"read_order": "sideways"})
+    from hpcbench.data.readers.base import ORDERS
+    from hpcbench.experiments.io_formats.config import READ_ORDERS
+    assert READ_ORDERS == ORDERS  # the config names the readers' orders without importing torch
     with pytest.raises(ConfigError, match="read_order.*decode = false"):
         IoFormatsConfig.from_dict({"read_order": "runs"})          # decode is on by default
     with pytest.raises(ConfigError, match="read_order.*worker_batching"):
