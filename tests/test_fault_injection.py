@@ -330,6 +330,13 @@ def test_wrapper_is_shellcheck_clean():
      "a rank was killed by SIGKILL"),
     ("failed", False, "FAILED", "cell 4: LaunchError: worker ranks failed", "srun: error: Node failure on n2",
      "srun: Node failure on n2"),
+    # what srun says when a task it started (a rank of hpcbench's SLURM launcher) dies of a signal
+    ("failed", False, "FAILED", "cell 4: LaunchError: worker ranks failed", "srun: error: n2: task 1: Killed",
+     "a rank was killed by SIGKILL"),
+    ("failed", False, "FAILED", "cell 4: LaunchError: worker ranks failed", "srun: error: n2: task 1: Bus error",
+     "a rank was killed by SIGBUS"),
+    ("failed", False, "FAILED", "cell 4: LaunchError: worker ranks failed", "srun: error: n1: task 0: Terminated",
+     None),
     ("failed", False, "FAILED", "cell 4: LaunchError: worker ranks failed", "  exitcode  : 1 (pid: 12)", None),
     ("failed", False, "COMPLETED", "cell 4: RuntimeError: injected failure", "  exitcode  : -9", None),
     ("interrupted", False, "CANCELLED", "SIGTERM", "", None),

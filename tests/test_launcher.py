@@ -1,4 +1,4 @@
-"""Which launcher a task gets, and the torchrun commands they build."""
+"""Which launcher a task gets, and the commands they build."""
 
 from pathlib import Path
 

@@ -50,3 +50,18 @@ def test_single_process_and_bad_layouts():
         Topology(nodes=1, ranks_per_node=2, rank=2)
     with pytest.raises(ConfigError, match="unknown group kind"):
         Topology(nodes=1, ranks_per_node=2).groups("rack")
+
+
+def test_ranks_srun_starts_get_torchs_variables_from_slurms():
+    from hpcbench.dist.topology import ranks_from_srun
+
+    slurm = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_NODES": "2",
+             "SLURM_NNODES": "5"}  # the step's node count wins over the job's
+    got = ranks_from_srun(slurm)
+    assert got == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    t = Topology.from_env({**got, "HPCBENCH_SRUN_RANKS": "1"})
+    assert (t.nodes, t.ranks_per_node, t.node_rank, t.local_rank, t.source) == (2, 2, 1, 1, "srun")
+    with pytest.raises(ConfigError, match="SLURM_LOCALID"):
+        ranks_from_srun({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"})
+    with pytest.raises(ConfigError, match="not a multiple"):
+        ranks_from_srun({**slurm, "SLURM_NTASKS": "3"})

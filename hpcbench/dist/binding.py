@@ -1,10 +1,10 @@
 """Each rank's CPU/memory binding: apply the node's affinity plan (``bind: plan``) and record what the rank got.
 
-The launcher starts one torchrun agent per machine and torchrun starts the ranks, so a
-scheduler's per-task binding (``srun --cpu-bind``) would bind the agent, not the ranks. The
-plan is therefore applied inside each rank, before its work starts, from the machine's own
-topology: :func:`hpcbench.affinity.plan.plan_binding` for the ranks torchrun runs on this
-machine (``LOCAL_WORLD_SIZE``), this rank taking binding ``LOCAL_RANK``. An emulated split of
+Locally torchrun starts the ranks, so a scheduler's per-task binding would bind its agent, not
+the ranks; on a SLURM allocation srun starts them with ``--cpu-bind=none``. Either way the plan
+is applied inside each rank, before its work starts, from the machine's own topology:
+:func:`hpcbench.affinity.plan.plan_binding` for the ranks on this machine
+(``LOCAL_WORLD_SIZE``), this rank taking binding ``LOCAL_RANK``. An emulated split of
 one machine into nodes still binds per machine, so emulated nodes never share a core.
 
 Whatever the mode, every rank records what it really has (``Cpus_allowed_list``,

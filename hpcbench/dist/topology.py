@@ -17,6 +17,9 @@ from typing import Mapping
 from hpcbench.core.errors import ConfigError
 
 EMULATED_NODES_ENV = "HPCBENCH_EMULATED_NODES"
+#: Set for ranks that srun starts itself (no torchrun): each one takes RANK, WORLD_SIZE and LOCAL_RANK
+#: from SLURM's task variables (:func:`ranks_from_srun`) and joins rank 0's store at MASTER_ADDR:MASTER_PORT.
+SRUN_RANKS_ENV = "HPCBENCH_SRUN_RANKS"
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,8 @@ class Topology:
                 raise ConfigError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={per}; "
                                   "hpcbench needs the same number of ranks on every node",
                                   field="LOCAL_WORLD_SIZE", config="Topology")
-            return cls(nodes=world // per, ranks_per_node=per, rank=rank, node_name=host, source="torchrun")
+            source = "srun" if env.get(SRUN_RANKS_ENV) == "1" else "torchrun"
+            return cls(nodes=world // per, ranks_per_node=per, rank=rank, node_name=host, source=source)
         if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
             rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
             nodes = int(env.get("SLURM_NNODES", env.get("SLURM_JOB_NUM_NODES", "1")))
@@ -119,6 +123,29 @@ class Topology:
                                   field="SLURM_NTASKS", config="Topology")
             return cls(nodes=nodes, ranks_per_node=world // nodes, rank=rank, node_name=host, source="slurm")
         return cls(nodes=1, ranks_per_node=1, rank=0, node_name=host, source="single")
+
+
+def ranks_from_srun(env: Mapping[str, str]) -> dict[str, str]:
+    """torch.distributed's rank variables for a task srun started: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE.
+
+    srun numbers a step's tasks (``SLURM_PROCID``) block-wise over its nodes, as torchrun numbers
+    its ranks, so the two give every rank the same place.
+
+    Raises:
+        ConfigError: a SLURM variable is missing, or the tasks do not split evenly over the nodes.
+    """
+    missing = [k for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID") if k not in env]
+    if missing:
+        raise ConfigError(f"{SRUN_RANKS_ENV}=1 but srun did not set {', '.join(missing)}: start the ranks with srun",
+                          field=missing[0], config="Topology")
+    world = int(env["SLURM_NTASKS"])
+    nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    if world % nodes:
+        raise ConfigError(f"SLURM_NTASKS={world} is not a multiple of the step's {nodes} node(s); "
+                          "hpcbench needs the same number of ranks on every node", field="SLURM_NTASKS",
+                          config="Topology")
+    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(world), "LOCAL_RANK": env["SLURM_LOCALID"],
+            "LOCAL_WORLD_SIZE": str(world // nodes)}
 
 
 GROUP_KINDS = ("world", "intra_node", "inter_node")

@@ -1,7 +1,13 @@
 """Worker side: one rank. ``python -m hpcbench.dist.worker SPEC.json`` under torchrun or srun.
 
 Initialises the process group (gloo on CPU, NCCL on GPU), builds the config and
-the topology, calls the entry point, and always writes the rank's records file.
+the topology, calls the entry point, and always writes the rank's records file,
+except when the ranks never met (then nothing was measured, and the launcher may
+retry on another port).
+
+Under srun (``HPCBENCH_SRUN_RANKS=1``, :func:`hpcbench.dist.launcher.plan_slurm`) each
+task takes its rank from SLURM's variables and the ranks meet at rank 0's TCP store,
+which every rank must reach within ``HPCBENCH_RDZV_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpcbench.dist.binding import apply_plan_for_this_rank, record_binding
-from hpcbench.dist.launcher import FAILURE_MARKER, PROGRESS_PREFIX
-from hpcbench.dist.topology import Topology
+from hpcbench.dist.launcher import FAILURE_MARKER, PROGRESS_PREFIX, RENDEZVOUS_FAILURE, RENDEZVOUS_TIMEOUT_ENV
+from hpcbench.dist.topology import SRUN_RANKS_ENV, Topology, ranks_from_srun
 from hpcbench.core.results import RecordContext, RecordWriter
 
 
@@ -77,8 +83,42 @@ def progress(message: str) -> None:
         print(f"{PROGRESS_PREFIX} {message}", flush=True)
 
 
+#: The collectives' timeout (and the store's, once every rank has met).
+COLLECTIVE_TIMEOUT = timedelta(seconds=300)
+
+
+class RendezvousFailed(RuntimeError):
+    """This rank could not create or reach rank 0's store: no rank has measured anything."""
+
+
+def join_process_group(backend: str, topo: Topology, **extra: Any) -> None:
+    """``init_process_group``; under srun, at rank 0's TCP store, waited for at most the rendezvous timeout.
+
+    Raises:
+        RendezvousFailed: the store could not be created (its port is taken) or reached in time.
+    """
+    import torch.distributed as dist
+
+    if os.environ.get(SRUN_RANKS_ENV) != "1":
+        dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT, **extra)
+        return
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    wait = timedelta(seconds=int(os.environ.get(RENDEZVOUS_TIMEOUT_ENV, "60")))
+    try:
+        # Rank 0 binds the port and waits until every rank has connected; the others connect to it.
+        store = dist.TCPStore(host, port, topo.world_size, is_master=topo.rank == 0, timeout=wait)
+    except Exception as exc:  # noqa: BLE001 - torch raises DistNetworkError, DistStoreError or RuntimeError
+        raise RendezvousFailed(f"store {host}:{port} ({'create' if topo.rank == 0 else 'reach'}, waited at most "
+                               f"{wait.total_seconds():g} s): {exc}") from exc
+    store.set_timeout(COLLECTIVE_TIMEOUT)  # a later collective setup may wait for a slower rank
+    dist.init_process_group(backend=backend, store=store, rank=topo.rank, world_size=topo.world_size,
+                            timeout=COLLECTIVE_TIMEOUT, **extra)
+
+
 def main(spec_path: str) -> int:
     """Run one rank; return its exit code. Any failure prints a marked traceback."""
+    if os.environ.get(SRUN_RANKS_ENV) == "1":
+        os.environ.update(ranks_from_srun(os.environ))  # before anything reads RANK (torch, the binding)
     topo = Topology.from_env()
     writer = None
     try:
@@ -102,12 +142,16 @@ def main(spec_path: str) -> int:
         if backend == "nccl":
             torch.cuda.set_device(topo.local_rank)
             extra["device_id"] = torch.device("cuda", topo.local_rank)
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=300), **extra)
+        join_process_group(backend, topo, **extra)
         try:
             entry(config, topo, writer)
         finally:
             dist.destroy_process_group()
         return 0
+    except RendezvousFailed as exc:
+        writer = None  # the ranks never met: no records, so that the launcher may retry the launch
+        print(f"{RENDEZVOUS_FAILURE} rank {topo.rank} on {topo.node_name}: {exc}", file=sys.stderr, flush=True)
+        return 1
     except Exception:
         print(f"{FAILURE_MARKER} rank {topo.rank} on {topo.node_name}:\n{traceback.format_exc()}",
               file=sys.stderr, flush=True)

@@ -54,6 +54,10 @@ MAX_TRIES = 100
 
 # torchrun's failure summary (torch.distributed.elastic): "exitcode  : -9 (pid: 1234)".
 _EXITCODE = re.compile(r"exitcode\s*:\s*-(\d+)")
+# srun's words when a task it started died of a signal (hpcbench's SLURM launcher starts the ranks
+# itself): "srun: error: n2: task 1: Killed", "...: Bus error" (strsignal's names).
+_SRUN_SIGNALLED = re.compile(r"srun: error: \S+: tasks? [\d,\-]+: (Killed|Bus error)")
+_SRUN_SIGNAL_NAMES = {"Killed": 9, "Bus error": 7}
 # srun's own words (SLURM 22.05) when a node is lost, not when a task exits: "Node failure on n2"
 # (slurmctld declared it down), "Task launch for StepId=5.0 failed on node n2: Communication
 # connection failure" (its slurmd does not answer).
@@ -229,7 +233,8 @@ def job_failure_reason(*, state: str, ended_early: bool, slurm_state: str | None
       :data:`RETRYABLE_JOB_STATES` (NODE_FAIL, BOOT_FAIL, FAILED: the batch step was killed,
       PREEMPTED, or a state slurmctld no longer remembers);
     * the task's workers failed (a ``LaunchError``) because a rank was killed by a signal
-      from outside (:data:`RETRYABLE_SIGNALS`, read from torchrun's failure summary) or srun
+      from outside (:data:`RETRYABLE_SIGNALS`, read from torchrun's failure summary or srun's
+      "task N: Killed") or srun
       lost a node or a step (``Node failure``, a task launch that failed on a node).
 
     Not retried: ``done``; ``interrupted`` (the user's signal, scancel, the time-limit
@@ -254,8 +259,9 @@ def job_failure_reason(*, state: str, ended_early: bool, slurm_state: str | None
     if not error or "LaunchError" not in error:
         return None
     text = "\n".join([error, *logs])
-    for m in _EXITCODE.finditer(text):
-        sig = int(m.group(1))
+    signals = [int(m.group(1)) for m in _EXITCODE.finditer(text)]
+    signals += [_SRUN_SIGNAL_NAMES[m.group(1)] for m in _SRUN_SIGNALLED.finditer(text)]
+    for sig in signals:
         if sig in RETRYABLE_SIGNALS:
             return f"a rank was killed by {RETRYABLE_SIGNALS[sig]}"
     m = _SRUN_LOST.search(text)

@@ -12,7 +12,7 @@ from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, model_footprint, tra
 #: no-op twin and (modes with a Python hook) its twin with local collectives (weights, gradients, DDP's buckets
 #: each: 3), and the 2-bit hook's residuals (1).
 COPIES_PER_MODE = 10
-#: Each phase is one launch: torchrun's rendezvous and the ranks' imports (~5 s on 2 cores).
+#: Each phase is one launch: the launch's start-up (srun or torchrun, the rendezvous) and the ranks' imports (~5 s on 2 cores).
 PHASE_STARTUP_S = 5.0
 
 

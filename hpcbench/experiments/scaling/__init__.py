@@ -7,7 +7,7 @@ from hpcbench.experiments.scaling.rules import RULES
 from hpcbench.experiments.scaling.summary import summarize
 from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
 
-#: Start-up of one stage's launch besides its steps: torchrun, the ranks' imports and rendezvous
+#: Start-up of one stage's launch besides its steps: torchrun or srun, the ranks' imports and rendezvous
 #: (5-10 s on 2 cores), and the driver reading the stage's records for the gate.
 STAGE_STARTUP_S = 10.0
 #: float32 copies of the parameters per rank: two DDP models (the timed one and its no-op twin), each

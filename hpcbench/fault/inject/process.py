@@ -22,8 +22,12 @@ from hpcbench.fault.inject.base import FaultError
 
 #: What torchrun sets in every rank it starts (and not in itself).
 RANK_ENV = "RANK"
+#: A rank srun started itself (hpcbench's SLURM launcher) carries its rank here, and this flag.
+SRUN_RANK_ENV, SRUN_FLAG_ENV = "SLURM_PROCID", "HPCBENCH_SRUN_RANKS"
 #: torchrun's agent; it carries the ranks' command line too but is not a rank.
 TORCHRUN_MODULE = "torch.distributed.run"
+#: The launchers whose own command line holds the ranks' (torchrun's agent, srun): never a rank.
+LAUNCHER_NAMES = ("srun",)
 
 
 @dataclass
@@ -33,7 +37,7 @@ class KilledProcess:
     pid: int
     signal: str
     at: float                      #: time.time() when the signal was sent
-    rank: int | None = None        #: its RANK, when torchrun started it
+    rank: int | None = None        #: its rank, when torchrun or hpcbench's srun launch started it
     node: str | None = None        #: SLURMD_NODENAME from its environment, if any
     cmdline: str = ""
     path: str | None = None        #: the file it was writing (kill_during_write)
@@ -53,20 +57,31 @@ def _wait_for(find: Callable[[], object], timeout_s: float, poll_s: float, what:
 def find_ranks(match: str, env: Mapping[str, str] | None = None) -> list[psutil.Process]:
     """Live rank processes whose command line contains ``match`` and whose environment holds ``env``.
 
-    A rank is a process torchrun started (``RANK`` in its environment), not torchrun itself.
+    A rank is a process torchrun started (``RANK`` in its environment), not torchrun itself, or
+    a task of hpcbench's srun launch (``HPCBENCH_SRUN_RANKS=1``, its rank in ``SLURM_PROCID``).
     """
     found = []
     for p in psutil.process_iter():
         try:
-            cmd = " ".join(p.cmdline())
-            if match not in cmd or TORCHRUN_MODULE in cmd or p.status() == psutil.STATUS_ZOMBIE:
+            argv = p.cmdline()
+            cmd = " ".join(argv)
+            if (match not in cmd or TORCHRUN_MODULE in cmd or os.path.basename(argv[0]) in LAUNCHER_NAMES
+                    or p.status() == psutil.STATUS_ZOMBIE):
                 continue
             penv = p.environ()
         except (psutil.Error, OSError):
             continue
-        if RANK_ENV in penv and all(penv.get(k) == v for k, v in (env or {}).items()):
+        if _rank_of(penv) is not None and all(penv.get(k) == v for k, v in (env or {}).items()):
             found.append(p)
     return found
+
+
+def _rank_of(penv: Mapping[str, str]) -> int | None:
+    """The rank a process's starting environment gives it (torchrun's RANK, or srun's task id), else None."""
+    raw = penv.get(RANK_ENV)
+    if raw is None and penv.get(SRUN_FLAG_ENV) == "1":
+        raw = penv.get(SRUN_RANK_ENV)
+    return int(raw) if raw is not None and raw.isdigit() else None
 
 
 def _describe(p: psutil.Process, sig: signal.Signals, at: float, path: str | None = None) -> KilledProcess:
@@ -74,9 +89,7 @@ def _describe(p: psutil.Process, sig: signal.Signals, at: float, path: str | Non
         penv, cmd = p.environ(), " ".join(p.cmdline())
     except (psutil.Error, OSError):
         penv, cmd = {}, ""
-    rank = penv.get(RANK_ENV)
-    return KilledProcess(p.pid, sig.name, at, int(rank) if rank and rank.isdigit() else None,
-                         penv.get("SLURMD_NODENAME"), cmd, path)
+    return KilledProcess(p.pid, sig.name, at, _rank_of(penv), penv.get("SLURMD_NODENAME"), cmd, path)
 
 
 def kill_one_rank(match: str, *, sig: signal.Signals = signal.SIGKILL, rank: int | None = None,

@@ -4,7 +4,7 @@
   element i runs task i of a JSON manifest on whichever node SLURM gives it, and
   its records name that node, so a slow node shows up in the report.
 * Multi-node tasks become one job each with ``--nodes=N``; the notebook runs on the
-  first node and starts workers everywhere with srun + torchrun.
+  first node and starts every rank as a task of one srun step.
 * The scripts come from the templates in ``slurm/`` (``HPCBENCH_SLURM_TEMPLATES``
   for a copy) and are written into ``RUN_DIR/slurm/`` before submission.
 * Parameter values never pass through a shell: they travel in the manifest.
