@@ -766,6 +766,18 @@ def _quote(lines: list[str], keep: int = 4, width: int = 160) -> str:
     return f" (the wrapper said: {' | '.join(line[:width] for line in lines[-keep:])})" if lines else ""
 
 
+def _timeline(run: JobRun, events: list[InjectedEvent]) -> str:
+    """The job's tries, the shards its repair steps listed and the injector's strikes, in seconds from its
+    first try's start: what a failed check's text needs for its cause to be read from the records."""
+    t0 = run.attempts[0][0] if run.attempts else 0.0
+    parts = [f"try {k} {start - t0:.3f}-{end - t0:.3f} rc {rc}"
+             + (f", repaired {sorted(run.repaired_after[k])}" if run.repaired_after.get(k) else "")
+             for k, (start, end, rc) in enumerate(run.attempts, start=1)]
+    parts += [f"{e.kind} {e.shard or ''} at {e.at - t0:.3f}".replace("  ", " ")
+              + (f"-{e.done - t0:.3f}" if e.done is not None else "") for e in events]
+    return f" [timeline: {'; '.join(parts)}]"
+
+
 def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool | None, str]]:
     """After each failed try that has a next one: was every shard the injector had damaged repaired first?
 
@@ -807,7 +819,7 @@ def repair_checks(run: JobRun, events: list[InjectedEvent]) -> list[tuple[bool |
                     f"after try {k}: " + ", ".join(
                         ([f"{sorted(pending - repaired)} not repaired"] if not listed else [])
                         + ([f"try {k + 1} found a bad shard at its start"] if not intact else []))
-                    + _quote(run.said_after.get(k, [])))
+                    + _quote(run.said_after.get(k, [])) + _timeline(run, events))
                 checks.append((listed and intact, why))
         pending -= repaired
     return checks

@@ -190,10 +190,15 @@ def test_repair_checks_count_a_listed_shard_and_fail_an_unlisted_one():
     tries = [(0.0, 1.0, 1), (1.5, 2.5, 1), (3.0, 4.0, 0)]
     flips = [_flip(0.5, "a"), _flip(2.0, "b")]
     assert repair_checks(_run(tries, {1: {"a"}, 2: {"b"}}), flips) == [(True, ""), (True, "")]
-    assert repair_checks(_run(tries, {1: {"a"}}), flips) == [(True, ""), (False, "after try 2: ['b'] not repaired")]
+    # a failed check carries the job's timeline: tries, what each repair listed, the injector's strikes
+    timeline = (" [timeline: try 1 0.000-1.000 rc 1, repaired ['a']; try 2 1.500-2.500 rc 1; try 3 3.000-4.000 rc 0; "
+                "corrupt a at 0.500-0.501; corrupt b at 2.000-2.001]")
+    assert repair_checks(_run(tries, {1: {"a"}}), flips) == [
+        (True, ""), (False, "after try 2: ['b'] not repaired" + timeline)]
     # listed, but the next try found a bad shard at its start: not repaired either
     assert repair_checks(_run(tries, {1: {"a"}, 2: {"b"}}, {3: 0}), flips)[1] == (
-        False, "after try 2: try 3 found a bad shard at its start")
+        False, "after try 2: try 3 found a bad shard at its start" + timeline.replace(
+            "try 2 1.500-2.500 rc 1;", "try 2 1.500-2.500 rc 1, repaired ['b'];"))
 
 
 def test_a_flip_across_a_tries_end_is_not_judged_either_way():
@@ -208,8 +213,10 @@ def test_a_flip_across_a_tries_end_is_not_judged_either_way():
     assert repair_checks(_run(tries, {1: {"a"}, 2: {"b"}}), across)[1] == (True, "")
     # a flip written well inside the try: an unlisted shard is a real failure, quoting what the wrapper said
     inside = [_flip(0.5, "a"), _flip(2.0, "b", done=2.1)]
-    assert repair_checks(_run(tries, {1: {"a"}}), inside)[1] == (False, "after try 2: ['b'] not repaired")
+    timeline = (" [timeline: try 1 0.000-1.000 rc 1, repaired ['a']; try 2 1.500-2.500 rc 1; try 3 3.000-4.000 rc 0; "
+                "corrupt a at 0.500-0.501; corrupt b at 2.000-2.100]")
+    assert repair_checks(_run(tries, {1: {"a"}}), inside)[1] == (False, "after try 2: ['b'] not repaired" + timeline)
     said = {2: ["after attempt 2: node states n1=idle", "repair step exited 1; trying again anyway"]}
     assert repair_checks(_run(tries, {1: {"a"}}, said=said), inside)[1] == (
         False, "after try 2: ['b'] not repaired (the wrapper said: after attempt 2: node states n1=idle | "
-               "repair step exited 1; trying again anyway)")
+               "repair step exited 1; trying again anyway)" + timeline)
