@@ -637,9 +637,9 @@ class Injector:
 
     It knows which job runs (its wrapper's pid and data folder), as a node's failure "knows"
     what runs on it, and nothing of the wrapper's tries: at each failure it finds the job's
-    running try (a child of the wrapper in a process group of its own) and SIGKILLs that
-    process group, or flips one byte of a data shard under it. A failure while no try runs
-    (the wrapper repairing, between jobs) strikes nothing.
+    running try (a child of the wrapper in a process group of its own, running the try's script)
+    and SIGKILLs that process group, or flips one byte of a data shard under it. A failure while
+    no try runs (the wrapper asking SLURM for node states, repairing, between jobs) strikes nothing.
     """
 
     def __init__(self, mtbf_s: float, corrupt_share: float, seed: Sequence[int]):
@@ -685,9 +685,15 @@ class Injector:
                 # (7 of 371 checks, all "after try 2", on 2026-12-03 with the time taken after the flip; 1 of
                 # 129 with it taken after the /proc scan but before the flip). A flip also stamps when it was
                 # written (`done`): repair_checks leaves a flip across a try's end unjudged.
+                # The try is found by its script's name, not by its process group alone: between two tries
+                # on a SLURM node the wrapper runs `timeout 5 sinfo`, and timeout puts itself in a group of
+                # its own. Found by group alone, it drew strikes while no try ran: a flip the repair after
+                # try k fixed, counted in try k + 1's window, read "not repaired after try k + 1" (4 of 571
+                # checks, 2026-12-03; the timelines the failed checks carried showed every flip after try
+                # k's end and listed by its repair).
                 now = time.time()
                 target = self._target
-                groups = try_groups(target[1]) if target else []
+                groups = try_groups(target[1], match=TRY_SCRIPT.name) if target else []
                 if not groups:
                     self.events.append(InjectedEvent(now, kind, None))
                     continue

@@ -214,16 +214,29 @@ def kill_process_groups(groups: list[int], sig: signal.Signals = signal.SIGKILL)
     return groups
 
 
-def try_groups(parent_pid: int) -> list[int]:
-    """Process groups of ``parent_pid``'s live descendants outside its own group."""
+def try_groups(parent_pid: int, match: str | None = None) -> list[int]:
+    """Process groups of ``parent_pid``'s live descendants outside its own group.
+
+    Args:
+        match: only groups holding a live process whose command line contains it. A wrapper's own
+            helpers can sit in groups of their own too: GNU ``timeout`` moves itself and its command
+            into a new group, so ``timeout 5 sinfo`` between two tries looks like a try to a search
+            by group alone.
+    """
     try:
         own = os.getpgid(parent_pid)
         children = psutil.Process(parent_pid).children(recursive=True)
     except (psutil.Error, ProcessLookupError):
         return []
-    groups = set()
+    groups, matched = set(), set()
     for child in children:
         with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if child.status() != psutil.STATUS_ZOMBIE and os.getpgid(child.pid) != own:
-                groups.add(os.getpgid(child.pid))
-    return sorted(groups)
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            group = os.getpgid(child.pid)
+            if group == own:
+                continue
+            groups.add(group)
+            if match is not None and match in " ".join(child.cmdline()):
+                matched.add(group)
+    return sorted(groups if match is None else matched)
