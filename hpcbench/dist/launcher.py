@@ -117,6 +117,7 @@ RENDEZVOUS_TIMEOUT_ENV = "HPCBENCH_RDZV_TIMEOUT_S"
 #: What a rank prints when it cannot create or reach rank 0's store (before any measured work).
 RENDEZVOUS_FAILURE = "[hpcbench rendezvous failed]"
 
+
 def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
                env: dict[str, str]) -> LaunchPlan:
     """Every rank a task of one ``srun`` step; rank 0 hosts the TCP store the others join.

@@ -4,6 +4,7 @@
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -207,7 +208,10 @@ def test_the_first_resnet_records_its_regime_without_a_cluster_to_steer(modes_ru
     facts = facts_of(df)
     assert facts["regime.model"] == "resnet_tiny"
     assert facts["regime.target_busy"] == pytest.approx(0.158, abs=1e-3)
-    assert 0 < facts["regime.reached_busy"] < 1.5 and facts["regime.link_rate_bps"] is None  # NaN: not shaped
+    # Recorded, not judged: a busy share of 4 oversubscribed ranks is noise (a no-op twin can take longer than the
+    # step itself: 1.66 once under load), so only that it is a measured, positive number is asserted here.
+    reached = facts["regime.reached_busy"]
+    assert math.isfinite(reached) and reached > 0 and facts["regime.link_rate_bps"] is None  # NaN: not shaped
     (note,) = df[df["metric"] == "regime_calibration"]["text"]
     assert "not steered: no emulated cluster" in note and "judged steps: resnet_tiny ddp" in note
 
