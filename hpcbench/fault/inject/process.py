@@ -18,15 +18,16 @@ from typing import Callable, Mapping
 
 import psutil
 
+from hpcbench.dist.topology import SRUN_RANKS_ENV
 from hpcbench.fault.inject.base import FaultError
 
 #: What torchrun sets in every rank it starts (and not in itself).
 RANK_ENV = "RANK"
-#: A rank srun started itself (hpcbench's SLURM launcher) carries its rank here, and this flag.
-SRUN_RANK_ENV, SRUN_FLAG_ENV = "SLURM_PROCID", "HPCBENCH_SRUN_RANKS"
+#: A rank srun started itself (hpcbench's SLURM launcher, flagged by SRUN_RANKS_ENV) carries its rank here.
+SRUN_RANK_ENV = "SLURM_PROCID"
 #: torchrun's agent; it carries the ranks' command line too but is not a rank.
 TORCHRUN_MODULE = "torch.distributed.run"
-#: The launchers whose own command line holds the ranks' (torchrun's agent, srun): never a rank.
+#: Launcher programs whose own command line holds the ranks' (torchrun's agent is told by TORCHRUN_MODULE).
 LAUNCHER_NAMES = ("srun",)
 
 
@@ -79,7 +80,7 @@ def find_ranks(match: str, env: Mapping[str, str] | None = None) -> list[psutil.
 def _rank_of(penv: Mapping[str, str]) -> int | None:
     """The rank a process's starting environment gives it (torchrun's RANK, or srun's task id), else None."""
     raw = penv.get(RANK_ENV)
-    if raw is None and penv.get(SRUN_FLAG_ENV) == "1":
+    if raw is None and penv.get(SRUN_RANKS_ENV) == "1":
         raw = penv.get(SRUN_RANK_ENV)
     return int(raw) if raw is not None and raw.isdigit() else None
 
