@@ -68,3 +68,29 @@ def test_non_numeric_value_is_rejected(tmp_path):
     w = RecordWriter(tmp_path / "x.parquet", ctx())
     with pytest.raises(TypeError, match="metric 'time'"):
         w.add("time", "fast", "s")
+
+
+def test_columns_built_from_buffers_equal_pyarrows_own_conversion(tmp_path):
+    """The writer builds its columns from buffers (no pandas in a rank): the same table as pa.Table.from_pydict,
+    with unicode, null texts, NaN values and an empty file."""
+    import pyarrow as pa
+
+    from hpcbench.core.results import SCHEMA, arrow_column
+
+    columns = {"run_id": ["r", "r", "r"], "suite": ["", "", ""], "experiment": ["é", "é", "é"],
+               "variant": ["v"] * 3, "task_id": ["t"] * 3, "repetition": [2] * 3, "params": ["{}"] * 3,
+               "node": ["n1"] * 3, "rank": [1] * 3, "world_size": [4] * 3, "metric": ["a", "b∑", "c"],
+               "value": [1.5, float("nan"), -2.0], "unit": ["s", "", "GB/s"], "step": [0, 1, 2 ** 40],
+               "time": [0, 1764770000123456, 1], "labels": ['{"k": 1}', "{}", "{}"], "text": [None, "x", None]}
+    for n in (3, 0):
+        cols = {k: v[:n] for k, v in columns.items()}
+        ours = pa.Table.from_arrays([arrow_column(f.type, cols[f.name]) for f in SCHEMA], schema=SCHEMA)
+        ours.validate(full=True)
+        theirs = pa.Table.from_pydict(cols, schema=SCHEMA)
+        assert ours.schema.equals(theirs.schema, check_metadata=True)
+        for name in SCHEMA.names:  # to_pylist: Arrow's equals() holds NaN unequal to itself
+            got, want = ours[name].to_pylist(), theirs[name].to_pylist()
+            assert [None if x != x else x for x in got] == [None if x != x else x for x in want], name
+            assert ours[name].null_count == theirs[name].null_count, name
+    with pytest.raises(KeyError, match="bool"):
+        arrow_column(pa.bool_(), [True])

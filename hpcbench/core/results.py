@@ -32,11 +32,16 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas is imported where a frame is made, not here: every rank imports this module to write its
+# records, and pandas would add ~0.5 s of CPU to each rank's start (records are written through pyarrow).
 
 from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import ResultsError
@@ -130,7 +135,8 @@ class RecordWriter:
             "value": float("nan") if value is None else float(value),
             "unit": unit,
             "step": int(step),
-            "time": pd.Timestamp(when if when is not None else time.time(), unit="s", tz="UTC"),
+            # microseconds since the epoch: the schema's timestamp("us", UTC), as pyarrow takes it
+            "time": round((when if when is not None else time.time()) * 1e6),
             "labels": json.dumps(dict(labels or {}), sort_keys=True, default=str),
             "text": text,
         })
@@ -154,7 +160,7 @@ class RecordWriter:
         columns = {name: [base[name]] * n for name in base}
         for name in ("metric", "value", "unit", "step", "time", "labels", "text"):
             columns[name] = [row[name] for row in self._rows]
-        table = pa.Table.from_pydict(columns, schema=SCHEMA)
+        table = pa.Table.from_arrays([arrow_column(f.type, columns[f.name]) for f in SCHEMA], schema=SCHEMA)
         write_table_atomic(table, self.path)
         return self.path
 
@@ -163,6 +169,32 @@ class RecordWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def arrow_column(kind: pa.DataType, values: list[Any]) -> pa.Array:
+    """``values`` as an Arrow array of ``kind`` (a string or a fixed-width type of :data:`SCHEMA`), built from
+    its buffers.
+
+    Why not ``pa.array``: every conversion of Python or numpy values makes pyarrow import pandas (its pandas
+    shim checks for a Series first), ~0.5 s of CPU in each rank that writes its records and never uses pandas.
+    Strings may be None (a null); the numbers are never null (an absent value is NaN, as the schema says).
+    """
+    import numpy as np
+
+    n = len(values)
+    if pa.types.is_string(kind):
+        data = [b"" if v is None else str(v).encode() for v in values]
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum([len(d) for d in data], out=offsets[1:])
+        present = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+        nulls = n - int(present.sum())
+        validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
+        return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))],
+                                     null_count=nulls)
+    fixed = {"int32": np.int32, "int64": np.int64, "double": np.float64}
+    # a timestamp("us") is its int64 microseconds; another type is not in the schema (a KeyError names it)
+    dtype = np.int64 if pa.types.is_timestamp(kind) else fixed[str(kind)]
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(np.asarray(values, dtype=dtype))])
 
 
 def write_table_atomic(table: pa.Table, path: Path) -> None:
@@ -276,6 +308,8 @@ def json_object(text: Any) -> dict[str, Any]:
 
 def expand_labels(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with one column per label key (a key that clashes becomes ``label.KEY``)."""
+    import pandas as pd
+
     frame = frame.reset_index(drop=True)
     labels = pd.DataFrame([json_object(text) for text in frame["labels"]], index=frame.index)
     labels.columns = [f"label.{c}" if c in frame.columns else str(c) for c in labels.columns]

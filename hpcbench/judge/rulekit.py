@@ -114,7 +114,7 @@ def in_group(summaries: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
     return summaries[[(r, t) in keys for r, t in zip(summaries["run_id"], summaries["task_id"])]]
 
 
-Comparisons = Sequence[Comparison] | Callable[[pd.Series], Sequence[Comparison]]
+Comparisons = Sequence[Comparison] | Callable[["pd.Series"], Sequence[Comparison]]
 
 
 def judge_comparisons(evidence: Evidence, comparisons: Comparisons, *,

@@ -211,7 +211,7 @@ def _measured(threshold: GateThreshold, value: float, detail: str) -> GateCheck:
 
 # -- the measures ----------------------------------------------------------------------------------
 
-Measure = Callable[[pd.DataFrame, GateThreshold, "Mapping[str, str] | None"], GateCheck]
+Measure = Callable[["pd.DataFrame", GateThreshold, "Mapping[str, str] | None"], GateCheck]
 #: Threshold name -> how its value is measured from records (the module docstring states each rule).
 MEASURES: Registry[Measure] = Registry("gate measure")
 

@@ -151,7 +151,7 @@ class ExperimentData:
     stats: pd.DataFrame         # aggregate stats with the label keys as columns
     text: pd.DataFrame          # text rows with the label keys as columns
     raw: pd.DataFrame | None    # raw rows (schema + source) when the presenter asked for them
-    summaries: pd.DataFrame = field(default_factory=pd.DataFrame)
+    summaries: pd.DataFrame = field(default_factory=lambda: pd.DataFrame())  # pandas read when made
     """Every launch's summary (the experiment's ``summarize``) with a ``source`` column."""
 
 
