@@ -8,6 +8,8 @@ killing a two-rank torchrun run and resuming it.
 from __future__ import annotations
 
 import copy
+import errno
+import io
 import hashlib
 import json
 import os
@@ -16,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +30,7 @@ import torch
 from conftest import REPO, missing
 from hpcbench.core.errors import CheckpointError, ConfigError
 from hpcbench.fault.async_save import AsyncCheckpointer
-from hpcbench.fault.checkpoint import (CheckpointManager, CheckpointPolicy, compress_bytes, compress_into,
+from hpcbench.fault.checkpoint import (CheckpointManager, CheckpointPolicy, compress_bytes, write_compressed,
                                        decompress_bytes, remove_torn, serialize_state)
 from hpcbench.fault.sharded import apply_model_optimizer_state, load_sharded, model_optimizer_state, save_sharded
 from hpcbench.fault.state import capture_full, capture_light, params_sha256, restore
@@ -213,20 +216,35 @@ def test_serialize_into_a_reused_buffer_gives_torch_saves_bytes():
     assert torch.equal(torch.load(io.BytesIO(bytes(again[:n])), weights_only=True)["w"], small["w"])
 
 
-def test_compress_into_a_reused_buffer_writes_one_sized_frame():
+def test_write_compressed_streams_one_sized_frame_and_its_hash():
+    import hashlib
     import zstandard
 
-    data = bytes(range(256)) * 40_000  # > one 8 MiB input slice
-    out = bytearray(b"x" * 10)
-    n = compress_into(memoryview(data), 3, out)
-    frame = bytes(out[:n])
+    data = bytes(range(256)) * 80_000  # > two 8 MiB input slices
+    fh = io.BytesIO()
+    n, digest, compressing = write_compressed(memoryview(data), 3, fh)
+    frame = fh.getvalue()
+    assert n == len(frame) < len(data) and digest == hashlib.sha256(frame).hexdigest() and compressing > 0
     assert zstandard.get_frame_parameters(frame).content_size == len(data)
     assert decompress_bytes(frame) == data
     with pytest.raises(CheckpointError, match="zstd"):
         decompress_bytes(frame[:-4])
-    assert compress_into(memoryview(data[:1000]), 1, out) < n  # the same buffer, a smaller frame
     with pytest.raises(CheckpointError, match="level 0"):
-        compress_into(memoryview(data), 0, out)
+        write_compressed(memoryview(data), 0, io.BytesIO())
+
+
+def test_write_compressed_raises_the_writers_error_and_leaves_no_thread():
+    class FullDisk(io.BytesIO):
+        def write(self, b):
+            if self.tell() > 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(b)
+
+    data = os.urandom(1 << 20) * 30  # ~4 compressed slices: the first is written, the second fails
+    with pytest.raises(OSError) as exc:
+        write_compressed(memoryview(data), 1, FullDisk())
+    assert exc.value.errno == errno.ENOSPC
+    assert not [t for t in threading.enumerate() if t.name == "checkpoint-writer"]
 
 
 def test_saves_of_changing_sizes_through_one_manager_each_load_whole(tmp_path):

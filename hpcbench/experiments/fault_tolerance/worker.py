@@ -246,7 +246,7 @@ def measure_saves(cfg: FaultToleranceConfig, tr: Training, roots: dict[str, Path
             writer.add("serialize_seconds", saved.seconds_serialize, "s", step=r, labels=labels)
             writer.add("compress_seconds", saved.seconds_compress, "s", step=r, labels=labels)
             writer.add("write_seconds", saved.seconds_write, "s", step=r, labels=labels,
-                       text="write + sha256 + fsyncs + renames")
+                       text="write + sha256 + fsyncs + renames, beyond the compression they overlap")
             writer.add("bytes_raw", saved.bytes_raw, "B", step=r, labels=labels)
             writer.add("bytes_written", saved.bytes_written, "B", step=r, labels=labels)
             writer.add("compression_ratio", saved.bytes_raw / saved.bytes_written, "x", step=r, labels=labels)
