@@ -116,4 +116,4 @@ def test_config_refuses_what_cannot_run():
         with pytest.raises(ConfigError, match=f"AdvisorConfig.{field}"):
             AdvisorConfig.from_dict(values)
     cfg = AdvisorConfig()
-    assert cfg.settings("latency").bucket_cap_mb < 0.001 and cfg.settings("bandwidth").link_rate == "20mbit"
+    assert cfg.settings("latency").bucket_cap_mb < 0.001 and cfg.settings("bandwidth").link_rate == "40mbit"
