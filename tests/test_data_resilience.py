@@ -309,3 +309,24 @@ def test_cuda_prefetcher_moves_batches():
     out = list(DevicePrefetcher(batches, "cuda"))
     assert [b["x"].device.type for b in out] == ["cuda"] * 3
     assert [int(b["x"][0]) for b in out] == [0, 1, 2]
+
+
+def test_an_event_log_without_a_path_removes_its_own_folder_but_not_from_a_forked_child():
+    import gc
+    import os
+
+    from hpcbench.data.resilience import EventLog
+
+    log = EventLog()
+    folder = log.path.parent
+    log.add("open", shard=1)
+    pid = os.fork()
+    if pid == 0:  # a forked worker whose copy of the log is collected: its finalizer runs, the folder stays
+        del log
+        gc.collect()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert folder.is_dir() and log.read("open")[0]["shard"] == 1
+    del log
+    gc.collect()
+    assert not folder.exists()

@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -36,12 +37,22 @@ class ShardCheckFailed(Exception):
     """Internal: a shard does not match its manifest entry (repairable)."""
 
 
+def _remove_own_folder(folder: str, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class EventLog:
     """Append-only JSON lines shared by processes (``O_APPEND`` writes of one short line are atomic)."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         if path is None:
-            path = Path(tempfile.mkdtemp(prefix="hpcbench-data-events-")) / "events.jsonl"
+            folder = tempfile.mkdtemp(prefix="hpcbench-data-events-")
+            path = Path(folder) / "events.jsonl"
+            # A folder of its own: removed when the log is collected, or the interpreter exits, in the process that
+            # made it (a forked DataLoader worker that exits leaves it to its parent). Before, every such log left
+            # a folder in /tmp (438 after one `make test`).
+            weakref.finalize(self, _remove_own_folder, folder, os.getpid())
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.touch()
