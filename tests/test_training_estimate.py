@@ -18,17 +18,25 @@ BEFORE = {
     "comm_modes": (684519881, 4, 47.63516196365715, 0),
     "advisor": (590090240, 4, 195.49434982399998, 0),
 }
+#: Defaults changed since the figures were taken: the config they were taken at.
+THEN = {"advisor": {"bandwidth_link_rate": "20mbit"}}  # 40 Mbit/s since dc5cdac
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE))
 def test_default_estimates_are_the_numbers_before_the_helper(name):
     spec = EXPERIMENTS.get(name)
-    est = spec.estimate(spec.config())
+    est = spec.estimate(spec.config.from_dict(THEN.get(name, {})))
     memory, ranks, seconds, device = BEFORE[name]
     assert (est.memory_per_rank, est.ranks, est.device_memory_per_rank) == (memory, ranks, device)
     # the helper sums a model's steps before adding them: the same figure but for the last bits
     assert est.seconds == pytest.approx(seconds, rel=1e-12)
     assert "per rank in host memory" in est.basis
+
+
+def test_the_advisors_faster_slow_link_shortens_its_estimate_only():
+    spec = EXPERIMENTS.get("advisor")
+    now, then = spec.estimate(spec.config()), spec.estimate(spec.config.from_dict(THEN["advisor"]))
+    assert now.memory_per_rank == then.memory_per_rank and now.seconds < then.seconds
 
 
 def test_comm_modes_on_nccl_counts_the_gpu_not_the_host():
