@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # pandas is imported where a frame is made, not here: every rank imports this module to write its
-# records, and pandas would add ~0.5 s of CPU to each rank's start (records are written through pyarrow).
+# records, and pandas would add ~0.4 s of CPU to each rank's start (records are written through pyarrow).
 
 from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import ResultsError
@@ -176,7 +176,7 @@ def arrow_column(kind: pa.DataType, values: list[Any]) -> pa.Array:
     its buffers.
 
     Why not ``pa.array``: every conversion of Python or numpy values makes pyarrow import pandas (its pandas
-    shim checks for a Series first), ~0.5 s of CPU in each rank that writes its records and never uses pandas.
+    shim checks for a Series first), ~0.4 s of CPU in each rank that writes its records and never uses pandas.
     Strings may be None (a null); the numbers are never null (an absent value is NaN, as the schema says).
     """
     import numpy as np
