@@ -62,6 +62,7 @@ at p_try^3 is inconclusive, never "not reproduced".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -91,6 +92,12 @@ NOT_APPLICABLE = "not applicable: "
 
 
 # -- C11 ----------------------------------------------------------------------------------
+
+def affordable_save_s(interval_s: float, pct: float = C11_OVERHEAD_PCT) -> float:
+    """The longest save that costs at most ``pct`` % of the wall time at ``interval_s``:
+    save / (interval + save) <= pct / 100  <=>  save <= interval x pct / (100 - pct)."""
+    return interval_s * pct / (100.0 - pct)
+
 
 def storage_problem(launch: pd.Series) -> str | None:
     """C11's overhead is a storage write; a checkpoint folder in memory measured none."""
@@ -211,8 +218,26 @@ def rule_c11(claim: Claim, evidence: Evidence) -> Judgement:
             f"interval). Every "
             f"model and dtype must hold; launches whose restored state differed from the saved one do not count; "
             f"nothing applies to checkpoints written to memory (tmpfs).")
-    return _members_judgement(evidence, work_lost_members(evidence), what,
-                              base=judge_levels(evidence, levels, applies=storage_problem, what=what))
+    judgement = _members_judgement(evidence, work_lost_members(evidence), what,
+                                   base=judge_levels(evidence, levels, applies=storage_problem, what=what))
+    note = storage_rate_note(evidence)
+    return dataclasses.replace(judgement, detail=f"{judgement.detail} {note}") if note else judgement
+
+
+def storage_rate_note(evidence: Evidence) -> str:
+    """What the storage took during the overhead model's saves, against what C11's bound needs (context: the
+    same save costs a different share on different storage; records without the bytes give no note)."""
+    rows = evidence.summaries
+    if "save_MB_per_s" not in rows.columns:
+        return ""
+    rows = rows[(rows["phase"] == "overhead") & rows["save_MB_per_s"].notna()]
+    if not len(rows):
+        return ""
+    rate, mb = float(rows["save_MB_per_s"].median()), float(rows["bytes_written"].median()) / 1e6
+    need = mb / affordable_save_s(GUIDE_C11_LIGHT_EVERY_S)
+    return (f"Storage: the overhead model's saves moved their {mb:.0f} MB at {rate:.0f} MB/s through the save "
+            f"(median over {len(rows)} launch(es)); {C11_OVERHEAD_PCT:g} % of {GUIDE_C11_LIGHT_EVERY_S} s needs "
+            f"{need:.0f} MB/s for them, serialization and zstd included.")
 
 
 # -- C15 ----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from synthetic import launches, noisy
 
-from hpcbench.experiments.fault_tolerance.rules import failure_ratio, survival_reference
+from hpcbench.experiments.fault_tolerance.rules import affordable_save_s, failure_ratio, survival_reference
 from hpcbench.experiments.fault_tolerance.summary import summarize
 from hpcbench.judge.verdict import clopper_pearson
 from hpcbench.report.ledger import evaluate_claim
@@ -48,7 +48,8 @@ def ft_rows(seed=0, *, save_s=0.2, stall_s=0.2, ratio=1.08, lost_s=300.0, newest
     over = {"phase": "overhead", "model": "gpt2_124M", "dtype": DTYPES[0], "tier": "light", "interval_s": 600.0}
     stalls = noisy(stall_s, n=10, spread=0.05, seed=seed + 5)
     rows += [("save_stall_seconds", stalls, "s", over),
-             ("overhead_share", [100 * s / (600 + s) for s in stalls], "%", over)]
+             ("overhead_share", [100 * s / (600 + s) for s in stalls], "%", over),
+             ("bytes_written", [1.38e9] * 10, "B", over)]
     fail = {"phase": "failure", "model": MODELS[0], "dtype": DTYPES[0], "cadence_s": 1.0}
     rng = np.random.default_rng(seed)
     lost = list(rng.uniform(0.2, 1.8, 12) * lost_s)
@@ -83,7 +84,10 @@ def test_summary_rows_and_checks(tmp_path):
     assert surv["p_try"].tolist() == pytest.approx([0.5, 0.5]) and len(surv.loc["wrapper", "policy_samples"]) == 200
     failure = summary[summary["phase"] == "failure"].iloc[0]
     assert len(failure["samples"]) == 12 and len(failure["restored_newest_samples"]) == 12
-    assert summary[summary["phase"] == "overhead"]["save_p50_s"].iloc[0] == pytest.approx(0.2, rel=0.1)
+    overhead = summary[summary["phase"] == "overhead"].iloc[0]
+    assert overhead["save_p50_s"] == pytest.approx(0.2, rel=0.1)
+    # the rate the save moved its bytes at: what the storage took, beside the stall it cost
+    assert overhead["save_MB_per_s"] == pytest.approx(1380 / overhead["save_p50_s"])
     assert summary[summary["phase"] == "repair"]["repaired"].iloc[0] == 40
     assert summary["ok"].all() and not summary["problem"].any()
     bad = summarize(records(tmp_path / "bad", n=1, restored=0.0))
@@ -96,6 +100,8 @@ def test_c11_reproduced_when_saves_are_cheap_compressed_and_lose_half_an_interva
     assert len(row.outcomes) == 2 * 2 * 3 + 1 + 2
     assert any("light: save / (600 s + save)" in label for label in row.labels)
     assert any("gpt2_124M light save's stall" in label for label in row.labels)
+    # the storage's rate beside the bound's: 1,380 MB in a ~0.2 s stall; 1 % of 600 s needs 1380 / 6.06 MB/s
+    assert "moved their 1380 MB at" in row.detail and "needs 228 MB/s" in row.detail
 
 
 @pytest.mark.parametrize("change", [dict(save_s=30.0), dict(stall_s=19.9), dict(ratio=1.0), dict(lost_s=900.0),
@@ -220,3 +226,11 @@ def test_a_flip_across_a_tries_end_is_not_judged_either_way():
     assert repair_checks(_run(tries, {1: {"a"}}, said=said), inside)[1] == (
         False, "after try 2: ['b'] not repaired (the wrapper said: after attempt 2: node states n1=idle | "
                "repair step exited 1; trying again anyway)" + timeline)
+
+
+def test_the_affordable_save_costs_exactly_the_bound():
+    """C11's bound as a save time: at 600 s, 1 % of the wall time is a save of 600 / 99 s (6.06 s)."""
+    longest = affordable_save_s(600.0)
+    assert longest == pytest.approx(600 / 99)
+    assert 100 * longest / (600 + longest) == pytest.approx(1.0)
+    assert 100 * (longest * 1.01) / (600 + longest * 1.01) > 1.0

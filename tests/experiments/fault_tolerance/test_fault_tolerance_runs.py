@@ -70,6 +70,10 @@ def test_notebook_runs_tiny(tiny_run):
     assert (df[df["metric"] == "torn_checkpoint_skipped"]["value"] == 1).all()
     # the overhead model's light saves stall its training loop
     assert len(labelled(df, "save_stall_seconds", phase="overhead")) == TINY["overhead_saves"]
+    # and what each of those saves wrote, with its compression and write times (the storage's share of the stall)
+    for metric in ("bytes_written", "compress_seconds", "write_seconds"):
+        assert len(labelled(df, metric, phase="overhead")) == TINY["overhead_saves"], metric
+    assert (labelled(df, "bytes_written", phase="overhead")["value"] > 0).all()
     # survival, both arms: the wrapper made 1..3 tries, a failed job all 3, and followed its policy; one try alone
     for arm, most in (("wrapper", 3), ("single", 1)):
         failed = labelled(df, "job_failed", phase="survival", mode=arm)["value"].to_numpy()
