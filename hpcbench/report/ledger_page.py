@@ -162,7 +162,7 @@ def ledger_section(labels: Sequence[str], ledger: dict[str, list | Exception], p
         rows.append(_summary_row(cid, row, labels, by_src))
         section.details.append(_detail(cid, row, labels, by_src))
     section.tables.append(Table(columns=columns, rows=rows, id="claims-ledger",
-                                caption=f"{len(rows)} claims: one line each; the claim links to how its verdict "
+                                caption=f"{len(rows)} claims: one row each; the claim links to how its verdict "
                                         f"was reached"))
     figure = interval_figure([(s, r) for s in labels for r in per_source.get(s, {}).values()], several)
     if figure is not None:
