@@ -153,3 +153,32 @@ def test_summary_fits_one_viewport_in_chromium(report, chromium, tmp_path):
     assert sizes, "the SVG keeps its text as text"
     scale = geometry["img_width"] / geometry["natural"] * 4 / 3
     assert min(sizes) * scale >= 11, (min(sizes), scale)
+
+
+def test_the_summary_shows_the_comparison_that_decided_the_verdict():
+    """A row's measured cell is its deciding comparison: a member that failed for a "not reproduced" row (not the
+    first member, which held), a comparison with an interval before a single launch's value, and never one the
+    rule does not judge."""
+    from types import SimpleNamespace
+
+    from hpcbench.judge.verdict import Outcome
+    from hpcbench.report.ledger_page import measured_brief, primary_outcome
+
+    band = Reference(1.0, upper=1.0, unit=" %")
+
+    def outcome(verdict, estimate, n, why=""):
+        low, high = (estimate * 0.9, estimate * 1.1) if n >= 2 else (-math.inf, math.inf)
+        return Outcome(verdict, Interval(estimate, low, high, n, 10, " %"), band, why)
+
+    c11 = SimpleNamespace(verdict="not reproduced", labels=("tiny save", "124M stall"),
+                          outcomes=(outcome("reproduced", 0.004, 5), outcome("not reproduced", 2.65, 5)))
+    assert primary_outcome(c11)[0] == "124M stall" and measured_brief(c11).startswith("2.65 % [")
+    c3 = SimpleNamespace(verdict="inconclusive", labels=("gpt2 one launch", "gpt2 never judged", "resnet"),
+                         outcomes=(outcome("inconclusive", 1.08, 1, "inconclusive: a regime no cluster runs in; "
+                                                                     "not judged"),
+                                   outcome("inconclusive", 1.02, 4, "inconclusive: ...; not judged"),
+                                   outcome("inconclusive", 1.02, 4, "n = 4 launches x 10 steps")))
+    assert primary_outcome(c3)[0] == "resnet"
+    # with nothing else to show, a lone value still shows
+    lone = SimpleNamespace(verdict="inconclusive", labels=("one",), outcomes=(outcome("inconclusive", 1.08, 1),))
+    assert primary_outcome(lone)[0] == "one" and measured_brief(lone) == "1.08 % n=1"

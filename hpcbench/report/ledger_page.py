@@ -74,12 +74,22 @@ def _num(x: float) -> str:
 
 
 def primary_outcome(row: Any) -> tuple[str, Any] | None:
-    """(label, outcome) the summary shows: the first comparison that counts and has a value."""
+    """(label, outcome) the summary shows: the comparison that decided the verdict.
+
+    In order of preference, the first comparison that counts, has an interval (n >= 2) and came out as the
+    row's verdict (a "not reproduced" row shows a member that failed, not one that held); then the first that
+    counts and has an interval; then the first that counts; then the first with a value. A comparison a rule
+    never judges (its reason ends in "not judged": a regime the guide implies but no cluster runs in) does not
+    count here, so it never stands in for the ones that do.
+    """
     pairs = list(zip(getattr(row, "labels", ()) or [""] * len(getattr(row, "outcomes", ())),
                      getattr(row, "outcomes", ())))
     valued = [(label, o) for label, o in pairs if math.isfinite(o.interval.estimate)]
-    counted = [(label, o) for label, o in valued if not o.why.startswith(NOT_COUNTED_PREFIXES)]
-    return (counted or valued or [None])[0]
+    counted = [(label, o) for label, o in valued
+               if not o.why.startswith(NOT_COUNTED_PREFIXES) and not o.why.rstrip(". ").endswith("not judged")]
+    ranged = [(label, o) for label, o in counted if math.isfinite(o.interval.low) and math.isfinite(o.interval.high)]
+    deciding = [(label, o) for label, o in ranged if o.verdict == str(getattr(row, "verdict", ""))]
+    return (deciding or ranged or counted or valued or [None])[0]
 
 
 def interval_text(iv: Any) -> str:
@@ -152,7 +162,7 @@ def ledger_section(labels: Sequence[str], ledger: dict[str, list | Exception], p
         rows.append(_summary_row(cid, row, labels, by_src))
         section.details.append(_detail(cid, row, labels, by_src))
     section.tables.append(Table(columns=columns, rows=rows, id="claims-ledger",
-                                caption=f"{len(rows)} claims: one line each; the claim links to how its verdict "
+                                caption=f"{len(rows)} claims: one row each; the claim links to how its verdict "
                                         f"was reached"))
     figure = interval_figure([(s, r) for s in labels for r in per_source.get(s, {}).values()], several)
     if figure is not None:
