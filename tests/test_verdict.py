@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from hpcbench.judge.verdict import (Interval, Reference, clopper_pearson, combine, gain_reference, holm, judge,
-                                    judge_family, paired_comparison, paired_ratio, ratio_pvalues, single_value)
+from hpcbench.judge.verdict import (MIN_LAUNCHES, MIN_STEPS, Interval, Reference, clopper_pearson, combine,
+                                    gain_reference, holm, judge, judge_family, paired_comparison, paired_ratio, ratio_pvalues, single_value)
 
 
 def launches(center, n=6, steps=12, spread=0.02, seed=0):
@@ -48,7 +48,7 @@ def test_judge_reaches_all_three_outcomes(low, high, verdict):
 
 def test_too_few_launches_or_steps_is_inconclusive_naming_n():
     ref = Reference(1.2, lower=1.2)
-    for launches_, steps in ((4, 10), (5, 9)):
+    for launches_, steps in ((MIN_LAUNCHES - 1, 2 * MIN_STEPS), (MIN_LAUNCHES, MIN_STEPS - 1)):
         outcome = judge(Interval(2.0, 1.9, 2.1, launches_, steps), ref)
         assert outcome.verdict == "inconclusive" and f"n = {launches_} launches x {steps} steps" in outcome.describe()
 
@@ -145,7 +145,7 @@ def test_identical_launches_give_a_point_interval_and_sharp_pvalues():
 
 # -- coverage, measured ------------------------------------------------------------------------
 #
-# Each setting draws DATASETS suites of n launches x STEPS steps of two arms whose true ratio is
+# Each setting draws DATASETS suites of n launches x `steps` steps of two arms whose true ratio is
 # known, through the real functions. A step's time is level x launch effect x step noise:
 #   shared:  a launch effect both arms see (the machine's state in that launch);
 #   arm:     a launch effect of each arm alone (the arms' own drifts inside a launch);
@@ -154,7 +154,11 @@ def test_identical_launches_give_a_point_interval_and_sharp_pvalues():
 # truth on a log scale and any under-coverage is the interval's, not the simulation's.
 
 DATASETS = 2000
-STEPS = 10
+EDGE_DATASETS = 6000
+#: Steps per launch: the verdict standard's minimum (5) and twice it. The interval is a Student-t over
+#: the launches' medians, so fewer steps only make each launch's median noisier, which the interval
+#: carries; these settings show that it still covers at the minimum.
+STEP_COUNTS = (MIN_STEPS, 2 * MIN_STEPS)
 TRUE_RATIO = 1.5
 SETTINGS = {
     "launch spread only": dict(shared=0.10, arm=0.05, step=0.0, tail=None),
@@ -176,57 +180,67 @@ def _steps(rng, n, s, shape):
     return noise
 
 
-def simulate(rng, n, s, ratio=TRUE_RATIO):
+def simulate(rng, n, s, ratio=TRUE_RATIO, steps=MIN_STEPS):
     """(numerator launches, denominator launches) of one simulated suite with a true ratio ``ratio``."""
     shared = np.exp(s["shared"] * rng.standard_normal((n, 1)))
-    num = ratio * shared * np.exp(s["arm"] * rng.standard_normal((n, 1))) * _steps(rng, n, s, (n, STEPS))
-    den = shared * np.exp(s["arm"] * rng.standard_normal((n, 1))) * _steps(rng, n, s, (n, STEPS))
+    num = ratio * shared * np.exp(s["arm"] * rng.standard_normal((n, 1))) * _steps(rng, n, s, (n, steps))
+    den = shared * np.exp(s["arm"] * rng.standard_normal((n, 1))) * _steps(rng, n, s, (n, steps))
     return num, den
 
 
+@pytest.mark.parametrize("steps", STEP_COUNTS)
 @pytest.mark.parametrize("n", [5, 10])
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_paired_ratio_interval_covers_95_percent(setting, n):
-    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 2015])
+def test_paired_ratio_interval_covers_95_percent(setting, n, steps):
+    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 2015, steps])
     hits = 0
     for _ in range(DATASETS):
-        num, den = simulate(rng, n, SETTINGS[setting])
+        num, den = simulate(rng, n, SETTINGS[setting], steps=steps)
         iv = paired_ratio(num, den)
         hits += iv.low <= TRUE_RATIO <= iv.high
     coverage = hits / DATASETS
-    assert 0.93 <= coverage <= 0.97, f"{setting}, n = {n}: the 95 % interval covered the truth {coverage:.3f}"
+    assert 0.93 <= coverage <= 0.97, (f"{setting}, n = {n} x {steps} steps: the 95 % interval covered the truth "
+                                      f"{coverage:.3f}")
 
 
+@pytest.mark.parametrize("steps", STEP_COUNTS)
 @pytest.mark.parametrize("n", [5, 10])
 @pytest.mark.parametrize("setting", ["launch and step noise", "10 % outliers", "heavy-tailed steps"])
-def test_truth_on_the_band_edge_is_reproduced_at_most_at_the_nominal_rate(setting, n):
-    """With the true ratio exactly on the lower edge, "reproduced" is a false positive: <= 2.5 % nominal."""
-    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 1979])
+def test_truth_on_the_band_edge_is_reproduced_at_most_at_the_nominal_rate(setting, n, steps):
+    """With the true ratio exactly on the lower edge, "reproduced" is a false positive: <= 2.5 % nominal.
+
+    EDGE_DATASETS, not DATASETS: a rate of 2.5 % measured on 2,000 datasets has a standard error of
+    0.35 points, so the 3 % bound sat 1.4 of them away and a fair seed failed it (63 of 2,000 at n = 10
+    x 10 heavy-tailed steps; the same setting gave 2.53 % on 20,000). On 6,000 it sits 2.5 away.
+    """
+    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 1979, steps])
     reference = gain_reference(TRUE_RATIO, "edge")  # lower edge 1.4
     edge = reference.lower
     single = family = 0
-    for _ in range(DATASETS):
-        num, den = simulate(rng, n, SETTINGS[setting], ratio=edge)
+    for _ in range(EDGE_DATASETS):
+        num, den = simulate(rng, n, SETTINGS[setting], ratio=edge, steps=steps)
         comp = paired_comparison(num, den)
         single += judge(comp.interval, reference).verdict == "reproduced"
         # A family of two such members, Holm-corrected, errs no more often per member.
-        other = paired_comparison(*simulate(rng, n, SETTINGS[setting], ratio=edge))
+        other = paired_comparison(*simulate(rng, n, SETTINGS[setting], ratio=edge, steps=steps))
         outcomes = judge_family([comp.interval, other.interval], [comp.pvalues(reference), other.pvalues(reference)],
                                 [reference, reference])
         family += outcomes[0].verdict == "reproduced"
-    assert single / DATASETS <= 0.03, f"{setting}, n = {n}: reproduced {single / DATASETS:.3f} on the edge"
-    assert family / DATASETS <= 0.03, f"{setting}, n = {n}: reproduced {family / DATASETS:.3f} in a family"
+    single, family = single / EDGE_DATASETS, family / EDGE_DATASETS
+    assert single <= 0.03, f"{setting}, n = {n} x {steps}: reproduced {single:.3f} on the edge"
+    assert family <= 0.03, f"{setting}, n = {n} x {steps}: reproduced {family:.3f} in a family"
 
 
+@pytest.mark.parametrize("steps", STEP_COUNTS)
 @pytest.mark.parametrize("n", [5, 10])
 @pytest.mark.parametrize("setting", ["launch spread only", "launch and step noise", "heavy-tailed steps"])
-def test_single_value_interval_covers_95_percent(setting, n):
+def test_single_value_interval_covers_95_percent(setting, n, steps):
     """Levels (a share, seconds) over launches: symmetric noise around a known value."""
-    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 1927])
+    rng = np.random.default_rng([n, list(SETTINGS).index(setting), 1927, steps])
     s, truth, hits = SETTINGS[setting], 0.6, 0
     for _ in range(DATASETS):
         launch = truth + 0.6 * s["shared"] * rng.standard_normal((n, 1))
-        step = (rng.standard_t(3, size=(n, STEPS)) if s["tail"] == "t3" else rng.standard_normal((n, STEPS)))
+        step = (rng.standard_t(3, size=(n, steps)) if s["tail"] == "t3" else rng.standard_normal((n, steps)))
         iv = single_value(launch + 0.6 * s["step"] * step)
         hits += iv.low <= truth <= iv.high
     coverage = hits / DATASETS
@@ -242,3 +256,13 @@ def test_share_interval_never_covers_less_than_95_percent(n):
     for p in np.linspace(0.01, 0.99, 99):
         coverage = sum(binom.pmf(k, n, p) for k, (low, high) in enumerate(bounds) if low <= p <= high)
         assert coverage >= 0.95 - 1e-9, f"n = {n}, p = {p:.2f}: coverage {coverage:.4f}"
+
+
+def test_launch_median_is_numpys():
+    """The one-sort median the intervals use gives np.median's value at every size, odd and even."""
+    from hpcbench.judge.verdict import _median
+
+    rng = np.random.default_rng(3)
+    for size in range(1, 40):
+        values = rng.lognormal(size=size)
+        assert _median(values) == float(np.median(values)), size

@@ -96,7 +96,7 @@ class AdvisorConfig(DistributedConfig):
     compute_batch_size: int = _batch(32, "large: compute dominates the step")
     warmup_steps: int = param(2, "untimed steps per technique; DDP rebuilds its buckets after the first",
                               min=1, max=1000)
-    steps: int = param(10, "timed steps per technique, all interleaved step by step (a verdict needs >= 10)",
+    steps: int = param(10, "timed steps per technique, all interleaved step by step (a verdict needs >= 5)",
                        min=1, max=100000)
     layout_repeats: int = param(5, "timed repetitions of the baseline's buckets all-reduced alone (its total "
                                    "communication)", min=1, max=10000)

@@ -17,7 +17,7 @@ and per regime:
   the paired form of "its interval lies above every other's" (two gain intervals can overlap
   while the paired difference is clear, because launch-to-launch noise is shared). These
   pairwise comparisons of all groups and regimes form one family, Holm-corrected
-  (:func:`~hpcbench.judge.verdict.judge_family`); fewer than 5 launches x 10 steps leave
+  (:func:`~hpcbench.judge.verdict.judge_family`); fewer than 5 launches x 5 steps leave
   them inconclusive (n = ...);
 * **agree** — pick == measured best, counted only where the best is distinguishable.
 

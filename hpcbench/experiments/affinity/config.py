@@ -39,7 +39,7 @@ class AffinityConfig(DistributedConfig):
     warmup_steps: int = param(2, "untimed steps per setting before timing (allocator, OpenMP pool, DDP buckets)",
                               min=0, max=1000)
     steps: int = param(12, "timed steps per setting, the two settings of a pair interleaved step by step; each is "
-                           "kept as a sample (a verdict needs >= 10)", min=1, max=100000)
+                           "kept as a sample (a verdict needs >= 5)", min=1, max=100000)
     mistake_threads: int = param(0, "intra-op threads per rank of the oversubscription mistake; 0 = every usable "
                                     "core of the node, what torch takes when OMP_NUM_THREADS is not set", min=0,
                                  max=1024)

@@ -73,7 +73,7 @@ def _cost_table(source: str, summaries: pd.DataFrame, judgements) -> Table:
                           f"{MIN_COST:g}x here?", "note"],
                  rows=rows, row_classes=classes, id="affinity-costs",
                  caption=f"{source}: median over launches of each launch's p50; slower by with its 95 % interval "
-                         f"over launches (n < 5 launches x 10 steps: inconclusive)")
+                         f"over launches (n < 5 launches x 5 steps: inconclusive)")
 
 
 def _plan_table(source: str, raw: pd.DataFrame) -> Table | None:

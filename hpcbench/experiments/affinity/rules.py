@@ -15,7 +15,7 @@ same bound the overlap rule uses for a gain the guide gives no figure for). So, 
 
 * *reproduced*: the whole 95 % interval is >= 1.05x — the mistake costs at least 5 % here;
 * *not reproduced*: the whole interval is below 1.05x — it costs less than that here;
-* *inconclusive*: the interval straddles 1.05x, fewer than 5 launches x 10 steps, the mistake
+* *inconclusive*: the interval straddles 1.05x, fewer than 5 launches x 5 steps, the mistake
   does not apply (one NUMA node; a plan with no cores apart for the loader; ranks x threads
   not above the cores — recorded by the worker from the topology, before any timing), or a
   setting was not really applied (its check failed: that launch's pair does not count).

@@ -29,7 +29,7 @@ class FaultToleranceConfig(Config):
     zstd_level: int = param(3, "zstd level of the tiered saves the claims are judged on (zstd's own default)",
                             min=1, max=22)
     repeats: int = param(3, "saves per model x dtype x tier, and compressions per level: the samples "
-                            "(a verdict needs >= 10)", min=1, max=1000)
+                            "(a verdict needs >= 5)", min=1, max=1000)
     batch_size: int = param(4, "samples per training step (the state is saved after real AdamW steps)",
                             min=1, max=4096)
     image_size: int = param(32, "side of the synthetic images of the image models", min=32, max=1024)
@@ -39,7 +39,7 @@ class FaultToleranceConfig(Config):
                                         "asynchronous write overlaps them", min=1, max=10000)
     failures: int = param(10, "failures injected into the failure simulation, which trains the smallest model in the "
                               "first dtype with light checkpoints every failure_light_every_s (work lost samples; a "
-                              "verdict needs >= 10 per launch)", min=1, max=10000)
+                              "verdict needs >= 5 per launch)", min=1, max=10000)
     failure_light_every_s: float = param(1.0, "light checkpoint cadence of the failure simulation, in wall seconds: "
                                               "it stands for light_interval_s, scaled down so that a launch takes "
                                               "seconds; work lost is measured as a share of it", min=0.05, max=3600.0)
@@ -57,7 +57,7 @@ class FaultToleranceConfig(Config):
                                              "the reproduce suite: its saves are not free)", choices=MODEL_NAMES,
                                 allowed="a text model's block size >= seq_len")
     overhead_saves: int = param(10, "light saves of overhead_model, one training step between them (a verdict "
-                                    "needs >= 10)", min=1, max=10000)
+                                    "needs >= 5)", min=1, max=10000)
     survival_jobs: int = param(40, "jobs of the survival check per arm: through slurm/run_with_retries.sh with "
                                    f"--tries {GUIDE_C15_TRIES} and with --tries 1, alternating", min=1, max=100000)
     survival_try_s: float = param(0.2, "wall seconds of work one try of a survival job does (10 steps, each "

@@ -312,7 +312,7 @@ def rule_c15(claim: Claim, evidence: Evidence) -> Judgement:
             f">= {C15_MIN_SHARE:.0%} of cases; failed share of jobs with the wrapper / without < 1 and / "
             f"p_try^{GUIDE_C15_TRIES} within [p^0.5, p^-0.5] (jobs and tries pooled over launches, exact "
             f"Clopper-Pearson bounds); "
-            f"Bonferroni over the 4; >= 5 launches x 10 jobs and >= {MIN_EXPECTED_FAILURES} expected failures. "
+            f"Bonferroni over the 4; >= 5 launches x 5 jobs and >= {MIN_EXPECTED_FAILURES} expected failures. "
             f"Level 1 of the claim (checkpoints named by host and job id, restored exactly) is each launch's "
             f"correctness check; level 2 (the repairing dataset) is io_formats'.")
     members: list[tuple[str, Outcome, str | None]] = []

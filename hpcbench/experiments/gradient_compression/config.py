@@ -66,7 +66,7 @@ class CompressionConfig(DistributedConfig):
                                  f"PowerSGD compresses from step {POWERSGD_START_ITER}", min=POWERSGD_START_ITER,
                               max=1000)
     steps: int = param(12, "timed training steps per series, all series interleaved step by step with a no-op "
-                           "hook's step; each is kept as a sample (a verdict needs >= 10)", min=1, max=100000)
+                           "hook's step; each is kept as a sample (a verdict needs >= 5)", min=1, max=100000)
     lr: float = param(0.1, "learning rate of plain SGD (no momentum): error feedback's guarantee is for SGD "
                            "(Karimireddy et al. 2019); 0.1 lowers weather_tiny's loss ~25x in 40 steps",
                       min=1e-8, max=100.0)

@@ -29,7 +29,7 @@ communication optimisations"; predicted: 16x less traffic for compressed buckets
 Applicability, from recorded facts (:func:`~hpcbench.judge.rulekit.slow_link_problem`): the
 claim is about sparing the inter-node link, so it needs one — the emulated cluster's shaped link
 or SLURM with nodes >= 2; one node or emulated nodes on one loopback are inconclusive whatever
-the values. Fewer than 5 launches x 10 steps: inconclusive (n = ...).
+the values. Fewer than 5 launches x 5 steps: inconclusive (n = ...).
 
 **The regime of level 2, stated before any launch was run.** What 2-bit codes save in time depends
 on the share of the step spent communicating: C8 is "one of the case's communication

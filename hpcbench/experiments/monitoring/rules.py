@@ -23,7 +23,7 @@ member, each a share over launches with an exact (Clopper-Pearson) interval (Bon
 
 Reproduced only if the baseline is quiet and every fault that utilisation hid is caught; not
 reproduced if the baseline raises false alarms or any such fault is missed; inconclusive with
-fewer than 5 launches x 10 steps, when an interval straddles 1/2, or when no fault hid from
+fewer than 5 launches x 5 steps, when an interval straddles 1/2, or when no fault hid from
 utilisation (the claim's situation did not arise). What does not count, from recorded facts
 only: a phase whose fault was not applied (no emulated cluster for a link fault...); a phase
 where every C6 metric meant for that fault was recorded absent (no GPU, no InfiniBand, perf

@@ -37,7 +37,7 @@ class OverlapExperimentConfig(DistributedConfig):
     warmup_steps: int = param(2, "untimed optimizer steps per series; DDP rebuilds its buckets after the first",
                               min=0, max=1000)
     steps: int = param(10, "timed optimizer steps per series, each interleaved with the same step under a no-op "
-                           "hook; each is kept as a sample (a verdict needs >= 10)", min=1, max=100000)
+                           "hook; each is kept as a sample (a verdict needs >= 5)", min=1, max=100000)
     layout_repeats: int = param(10, "timed repetitions of one synchronisation's buckets all-reduced alone (the "
                                     "total communication)", min=1, max=10000)
     check: bool = param(True, "run the correctness checks: k micro-steps give one big batch's gradients, ranks "

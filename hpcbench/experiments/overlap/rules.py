@@ -23,7 +23,7 @@ Works as described if every model gains; does not if any model's interval lies b
 Applicability, from recorded facts only (:func:`~hpcbench.judge.rulekit.slow_link_problem`): the
 claim is about saving synchronisations over the inter-node link, so it needs one — the emulated
 cluster's shaped link or SLURM with nodes >= 2; one node or emulated nodes on one loopback are
-inconclusive whatever the values. Fewer than 5 launches x 10 steps: inconclusive (n = ...).
+inconclusive whatever the values. Fewer than 5 launches x 5 steps: inconclusive (n = ...).
 A series whose checks failed (accumulated gradients != one big step's, ranks' parameters
 differing after a synchronisation, loss after the same samples not within 5 % of k=1's) is
 left out of both levels and named.

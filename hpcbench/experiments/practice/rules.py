@@ -24,7 +24,7 @@ share with an exact (Clopper-Pearson) interval, Bonferroni-corrected across all 
   the healthy run in most launches).
 
 Reproduced only if both members are; not reproduced if either is not (too few faults caught, or
-a baseline that fails the gate in most launches); inconclusive with fewer than 5 launches x 10
+a baseline that fails the gate in most launches); inconclusive with fewer than 5 launches x 5
 steps, when an interval straddles its band's edge, or when no fault could be counted (none
 applied, or every baseline failed).
 

@@ -28,7 +28,7 @@ link or SLURM nodes; emulated nodes on one loopback measure nothing about a link
 emulated cluster, whose nodes share one host, a stage's ranks must not outnumber the host's CPUs
 (``fact.host_cpus``, recorded by the driver): else per-node throughput falls because the ranks
 share cores, not because of communication, and that stage's member is inconclusive. Fewer than
-5 launches x 10 steps: inconclusive (n = ...).
+5 launches x 5 steps: inconclusive (n = ...).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class WeatherCaseConfig(DistributedConfig):
                               min=1, max=1_000_000, allowed="a multiple of micro_batch x micro_steps")
     warmup_steps: int = param(2, "untimed optimizer steps per stage (DDP rebuilds its buckets after the first)",
                               min=0, max=1000)
-    steps: int = param(10, "timed optimizer steps per stage, each kept as a sample (a verdict needs >= 10)",
+    steps: int = param(10, "timed optimizer steps per stage, each kept as a sample (a verdict needs >= 5)",
                        min=1, max=100000)
     data_source: str = param("hdf5", "hdf5: the weather HDF5 set read with WeatherDataset (blocks read before "
                                      "timing, so the steps time compute and communication, not I/O); synthetic: "

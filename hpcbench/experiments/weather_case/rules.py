@@ -29,7 +29,7 @@ counted launch leaves C7 inconclusive.
 **What counts.** A stage whose loss check failed (final loss more than 5 % from ``original``'s
 after the same samples from the same seed: compression and accumulation must not change what is
 learned) or whose ranks ended with different parameters is dropped and named; fewer than 5
-launches of 10 steps -> inconclusive (n = ...).
+launches of 5 steps -> inconclusive (n = ...).
 
 **Applicability, from recorded facts**, asked before any value is read:
 :func:`~hpcbench.judge.rulekit.slow_link_problem` — the techniques spare an inter-node link, so
