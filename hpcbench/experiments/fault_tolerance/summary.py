@@ -148,8 +148,7 @@ def summarize(records: Any) -> Any:
         elif phase == "overhead":
             row.update(save_p50_s=s.median("save_stall_seconds"), overhead_share_p50=s.median(main),
                        interval_s=float(s.labels.get("interval_s", math.nan)),
-                       bytes_written=s.median("bytes_written"), compress_p50_s=s.median("compress_seconds"),
-                       write_p50_s=s.median("write_seconds"))
+                       bytes_written=s.median("bytes_written"))
             # the rate the whole save moved its bytes at (records from before 2026-12-03 lack the bytes: nan)
             row["save_MB_per_s"] = row["bytes_written"] / row["save_p50_s"] / 1e6 if row["save_p50_s"] > 0 else math.nan
         elif phase == "survival":
