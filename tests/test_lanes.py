@@ -3,25 +3,53 @@ slowest tests read from their JUnit files."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from conftest import REPO
-from lanes import NO_TESTS, lane_args, lane_command, main, slowest
+from lanes import lane_args, lane_command, main, slowest
 
 
-def collected(marker: str, *paths: str) -> set[str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-m", marker,
-                           *paths], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert proc.returncode in (0, NO_TESTS), proc.stdout + proc.stderr
-    return {line.split("::", 1)[1] for line in proc.stdout.splitlines() if "::" in line}
+#: A plugin for one collection that prints every test's markers as the session's hooks left them (conftest's
+#: ``cluster`` and ``cluster_lane`` included), so that one collection tells what ``-m EXPR`` would select for each
+#: expression below (a collection per expression took ~20 s of make test).
+MARKS_PLUGIN = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        print("MARKS", item.nodeid, ",".join(sorted({m.name for m in item.iter_markers()})) or "-")
+"""
 
 
-def test_tests_on_the_cluster_and_those_that_bring_one_up_or_down_are_in_the_cluster_lane():
+def collected_marks(tmp_path, *paths: str) -> dict[str, set[str]]:
+    """{node id: its markers} of one ``pytest --co`` over ``paths``."""
+    (tmp_path / "lane_marks_plugin.py").write_text(MARKS_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-p",
+                           "lane_marks_plugin", *paths], capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    marks = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("MARKS "):
+            nodeid, names = line[len("MARKS "):].rsplit(" ", 1)  # a parametrized id may hold spaces
+            marks[nodeid] = set(names.split(",")) - {"-"}
+    assert marks, proc.stdout
+    return marks
+
+
+def selected(marks: dict[str, set[str]], marker: str, *, negate: bool = False, path: str | None = None) -> set[str]:
+    """The test names ``-m marker`` (or ``-m "not marker"``) selects among ``marks``, in ``path`` when given."""
+    return {nodeid.split("::", 1)[1] for nodeid, names in marks.items()
+            if (marker in names) != negate and (path is None or nodeid.startswith(path + "::"))}
+
+
+def test_tests_on_the_cluster_and_those_that_bring_one_up_or_down_are_in_the_cluster_lane(tmp_path):
     paths = ("tests/test_cluster.py", "tests/experiments/scaling/test_scaling_runs.py")
-    cluster, local = collected("cluster", *paths), collected("not cluster", *paths)
+    marks = collected_marks(tmp_path, *paths, "tests/test_verdict.py")
+    ours = {nodeid: names for nodeid, names in marks.items() if nodeid.split("::")[0] in paths}
+    cluster, local = selected(ours, "cluster"), selected(ours, "cluster", negate=True)
     assert not cluster & local
     # through the emulated_cluster fixture
     assert {"test_srun_lands_on_two_named_nodes", "test_up_is_idempotent_and_down_leaves_nothing"} <= cluster
@@ -30,9 +58,10 @@ def test_tests_on_the_cluster_and_those_that_bring_one_up_or_down_are_in_the_clu
     # no cluster at all
     assert {"test_spec_reads_tc_units", "test_notebook_stops_before_stage_two_when_the_gate_fails_at_stage_one"} <= local
     # make test's cluster lane: those, and the local companions that even the lanes out
-    lane = collected("cluster_lane", *paths, "tests/test_verdict.py")
+    lane = selected(marks, "cluster_lane")
     assert cluster <= lane and not (local & lane) and any(name.startswith("test_") for name in lane - cluster)
-    assert not collected("cluster", "tests/test_verdict.py")
+    assert selected(marks, "cluster_lane", path="tests/test_verdict.py")
+    assert not selected(marks, "cluster", path="tests/test_verdict.py")
 
 
 def test_a_marker_expression_of_the_caller_is_combined_with_the_lanes(tmp_path):

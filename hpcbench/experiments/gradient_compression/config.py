@@ -30,6 +30,9 @@ COMPRESSION_NAMES = tuple(COMPRESSIONS.names())
 GUIDE_REGIME = GuideRegime(claim="C8", target_busy=GUIDE_C7_UTIL[0], baseline=BASELINE,
                            arithmetic=f"C8 is one of the case's optimisations; the case's original ran at "
                                       f"{GUIDE_C7_UTIL[0]:.0%} GPU utilisation (C7)")
+#: The record of each calibrated (model, mode)'s reached regime: the busy share of its judged steps, the estimator
+#: of ``fact.regime.reached_busy`` (which holds the launch's worst pair), read by the C8 rule pair by pair.
+REACHED_METRIC = "regime_reached_busy"
 
 
 @dataclass

@@ -43,8 +43,8 @@ from hpcbench.diag.records import record_same_start, record_tf32
 from hpcbench.diag.step_breakdown import StepTimer, write_breakdown
 from hpcbench.dist.topology import Topology
 from hpcbench.cluster.link_phase import SteeredLink
-from hpcbench.experiments.gradient_compression.config import (BASELINE, GUIDE_REGIME, NO_FEEDBACK, TECHNIQUE,
-                                                              CompressionConfig)
+from hpcbench.experiments.gradient_compression.config import (BASELINE, GUIDE_REGIME, NO_FEEDBACK, REACHED_METRIC,
+                                                              TECHNIQUE, CompressionConfig)
 from hpcbench.models import MODELS, ModelSpec
 from hpcbench.parallel.compression import (COMPRESSIONS, allreduce_bytes_sent, apply_compression, decode_message,
                                            encode_message, is_skipped, quantize_with_feedback)
@@ -315,6 +315,10 @@ def write_regime(writer: RecordWriter, reached: list[RegimeReached]) -> None:
     for r in reached:
         write_calibration(writer, r.calibration, f"{r.series}: {BASELINE}", labels=r.labels, judged_busy=r.busy,
                           target_busy=GUIDE_REGIME.target_busy)
+        # the pair's own reached regime, as the facts' estimator gives it: the C8 rule judges each pair on it
+        writer.add(REACHED_METRIC, r.busy, "fraction", labels=r.labels,
+                   text=f"{r.series}: {BASELINE}'s busy share over the judged steps (median over steps of the no-op "
+                        f"twin's time over its own, slowest rank's times)")
     worst = max(reached, key=lambda r: abs(r.busy - GUIDE_REGIME.target_busy) if math.isfinite(r.busy) else math.inf)
     write_facts(writer, {**regime_facts(GUIDE_REGIME.target_busy, worst.busy, worst.link_rate_bps),
                          "regime.series": worst.series})

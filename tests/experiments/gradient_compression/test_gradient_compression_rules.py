@@ -222,3 +222,23 @@ def test_c8_too_few_launches_in_the_regime_is_inconclusive(tmp_path):
     row = mixed_regime(tmp_path, 2, 3, gain_in=1.3, gain_out=1.3)
     assert row.verdict == "inconclusive", row.measured
     assert "n = 2 launches" in row.measured
+
+
+def test_c8_reads_the_regime_each_pair_recorded_not_a_second_estimate(tmp_path):
+    # The summary's no-op median over none's median says 67 % busy (outside 61 +-5), but each launch recorded
+    # what its judged steps reached, 62 %, by the estimator its facts and the ledger's regime sentence use: the
+    # rule counts the launches in the regime, as that sentence does (2026-12-03 night: "6/6 in" beside "n = 4").
+    def rows(k, recorded):
+        return launch_rows(k, gain=1.3, busy=0.67) + [
+            ("regime_reached_busy", recorded, "fraction", {"model": "weather_tiny", "mode": "ddp"})]
+
+    records = launches(tmp_path / "in", "gradient_compression", lambda k: rows(k, 0.62), 6, params=PARAMS,
+                       facts=SHAPED, backend="gloo")
+    row = evaluate_claim("C8", records)
+    assert row.verdict == "reproduced" and "6 launches x 12 steps" in row.measured, row.measured
+    # and the other way: a recorded 85 % keeps out launches the summary would have let in
+    records = launches(tmp_path / "out", "gradient_compression", lambda k: rows(k, 0.85) if k < 3 else rows(k, 0.6),
+                       6, params=PARAMS, facts=SHAPED, backend="gloo")
+    row = evaluate_claim("C8", records)
+    assert "inconclusive: regime 85% busy (none)" in row.measured and "3 launches x 12 steps" in row.measured, \
+        row.measured
