@@ -12,7 +12,7 @@ DEMO_RUN := results/demo-$(shell date +%Y%m%d-%H%M%S)
 help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
 	@echo "make demo    run the demo suite on this machine and write reports/demo/index.html"
-	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~2 h on 2 cores)"
+	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~80 min on 2 cores)"
 	@echo "make reproduce-regime  (root) only the regime-matched entries (C2, C3, C7, C8): reports/reproduce-regime/ (~30 min)"
 	@echo "make test    run the whole test suite (set HPCBENCH_REQUIRE_INTEGRATION=1 to forbid skips)"
 	@echo "make test-census   make test, recording each test's wall and CPU time; prints them per file"
