@@ -36,7 +36,7 @@ class MonitoringConfig(FaultPhasesConfig):
     phase_s: float = param(12.0, "seconds of training per fault phase (with interval_s = 1 s and sustain = 3, an "
                                  "alert needs >= 3 s of breach; 12 s leaves room for the fault's start and end)",
                            min=1.0, max=3600.0)
-    min_steps: int = param(10, "timed steps per phase at least, however long they take (a verdict needs >= 10)",
+    min_steps: int = param(10, "timed steps per phase at least, however long they take (a verdict needs >= 5)",
                            min=1, max=100000)
     warmup_steps: int = param(2, "untimed steps per phase after the fault is on", min=0, max=1000)
     interval_s: float = param(1.0, "sampler interval (1 Hz: fine enough for step-scale faults at <= 1 % overhead)", min=0.05, max=60.0)

@@ -36,7 +36,7 @@ class ScalingConfig(Config):
     warmup_steps: int = param(2, "untimed steps per stage; DDP rebuilds its buckets after the first", min=0,
                               max=1000)
     steps: int = param(20, "timed steps per stage, each interleaved with the same step under a no-op hook (the "
-                           "communication share); a verdict needs >= 10 per launch", min=10, max=100000)
+                           "communication share); the gate needs >= 10 per stage", min=10, max=100000)
     gate_limits: dict = param({}, "overrides of the gate's limits by name (step_time_cv, comm_share, read_p99), "
                                   "e.g. {'comm_share': 0.5}; empty: the guide's C12 limits",
                               allowed="names of the gate's thresholds, finite numbers")
