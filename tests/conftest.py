@@ -63,9 +63,11 @@ CLUSTER_FIXTURE = "emulated_cluster"
 #: Local test files that the cluster lane runs too, to even the two lanes out: alone, the cluster lane ended
 #: 6 min before the local one (877 s against 1,248 s, 2026-12-02). Picked by `make test-census`'s wall times
 #: (~135 s one after another); none shares a session fixture (the toy runs, the demo run) with the local lane.
+#: On 2026-12-03 the local lane still ended 71 s after the cluster lane (871 s against 800 s): test_checkpoint
+#: and test_srun_ranks (~35 s in the local lane) moved over.
 CLUSTER_LANE_COMPANIONS = ("tests/test_suite.py", "tests/test_verdict.py", "tests/test_runner_signals.py",
                            "tests/test_gpu_check.py", "tests/test_new_experiment.py", "tests/test_compression.py",
-                           "tests/test_report.py")
+                           "tests/test_report.py", "tests/test_checkpoint.py", "tests/test_srun_ranks.py")
 
 
 def pytest_collection_modifyitems(config, items):
