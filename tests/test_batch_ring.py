@@ -3,12 +3,15 @@ source's bytes, each batch's tensors views of its buffer, and a batch whose buff
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from data_fixtures import SHARD_FORMATS, SPEC, image_sets, source_samples  # noqa: F401
 from hpcbench.data.errors import DataError
 from hpcbench.data.readers import batch_is_current, image_bytes, loader_options, open_dataset
+from hpcbench.data.readers.base import _ring_batch_arrived as _REAL_ARRIVAL
 
 
 @pytest.mark.parametrize("order", ["samples", "runs"])
@@ -89,3 +92,80 @@ def test_measure_epoch_checks_every_batch_was_not_overwritten_during_its_step(im
     # A ring of 1: the worker writes its next batch into the buffer the step is still computing on.
     with pytest.raises(DataError, match="reused by its worker before its step ended"):
         epoch(1)
+
+
+def _arrival_spy(key, whole, views, plain):
+    """The consumer's side of a ring batch (``base._ring_batch_arrived``), noting whether it carried its buffer."""
+    carried, arrived = _arrival_spy.seen
+    (carried if whole is not None else arrived).append(key)
+    return _REAL_ARRIVAL(key, whole, views, plain)
+
+
+def test_each_ring_buffer_crosses_to_the_consumer_once_then_batches_name_it(image_sets, monkeypatch):
+    # torch sends a shared tensor as a file descriptor fetched from the worker in a round trip per batch; a ring
+    # buffer goes once, with the first batch in it, and every later batch of it travels as its key.
+    from hpcbench.data.readers import base
+
+    carried, arrived = [], []
+    # The workers pickle the function by name: a module-level one, which the consumer's unpickling calls.
+    monkeypatch.setattr(base, "_ring_batch_arrived", _arrival_spy)
+    monkeypatch.setattr(_arrival_spy, "seen", (carried, arrived), raising=False)
+    expected = source_samples(image_sets["files"])
+    ds = open_dataset(image_sets["hdf5"], decode=False, verify="size", seed=3, batch_in_worker=4, order="runs",
+                      batch_ring=3)
+    loader = DataLoader(ds, num_workers=2, prefetch_factor=1, persistent_workers=True, **loader_options(ds, 4))
+    batches = 0
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        got = {}
+        for batch in loader:
+            batches += 1
+            assert batch_is_current(batch) and type(batch) is dict
+            got.update(zip(batch["index"].tolist(), zip(image_bytes(batch), batch["label"].tolist())))
+        assert got == expected
+    pids = {w.pid for w in loader._iterator._workers}
+    assert len(carried) == len(set(carried))  # each buffer once (one that grew for a larger batch is a new one)
+    assert {key[0] for key in carried} == pids
+    assert set(arrived) <= set(carried)  # the later batches named buffers already received
+    assert len(arrived) > len(carried)
+    assert len(carried) + len(arrived) == batches
+
+
+def test_a_ring_batch_naming_a_buffer_never_received_is_refused_clearly():
+    import pickle
+
+    from hpcbench.data.readers import base
+
+    # A ring made in this process: pickling here is its worker's side, unpickling the consumer's.
+    ring = base.BatchRing(2)
+    slot = ring.take(16, 64)
+    slot.image.copy_(torch.arange(16, dtype=torch.uint8))
+    batch = slot.batch({"index": np.arange(2)}, image=slot.image)
+    first, later = pickle.dumps(batch), pickle.dumps(batch)
+    assert len(later) < len(first)  # the buffer itself went with the first only
+    try:
+        got = pickle.loads(first)
+        assert got["image"].tolist() == list(range(16)) and got["index"].tolist() == [0, 1]
+        assert pickle.loads(later)["index"].untyped_storage().data_ptr() == got["image"].untyped_storage().data_ptr()
+    finally:
+        base._RECEIVED.pop(slot.key, None)
+    with pytest.raises(DataError, match="never received that buffer"):
+        pickle.loads(later)
+
+
+def test_buffers_of_exited_workers_are_let_go_when_new_ones_arrive(image_sets):
+    from hpcbench.data.readers import base
+
+    def epoch_of_new_workers() -> set[int]:
+        ds = open_dataset(image_sets["tar"], decode=False, verify="size", seed=0, batch_in_worker=4, batch_ring=2)
+        loader = DataLoader(ds, num_workers=2, prefetch_factor=1, persistent_workers=True, **loader_options(ds, 4))
+        assert sum(len(b["index"]) for b in loader) == SPEC.count
+        pids = {w.pid for w in loader._iterator._workers}
+        del loader  # its workers exit
+        return pids
+
+    first = epoch_of_new_workers()
+    assert first & {key[0] for key in base._RECEIVED}
+    second = epoch_of_new_workers()
+    held = {key[0] for key in base._RECEIVED}
+    assert not first & held and second & held

@@ -184,12 +184,22 @@ class BatchRing:
     ``slots`` batches of its worker later, so the consumer must be done with it (or have copied it)
     by then. The stamp holds the generation of the batch the buffer holds now and each batch carries
     its own as a plain int: :func:`batch_is_current` tells whether its memory was reused.
+
+    Each buffer crosses to the consumer once (:class:`RingBatch`): torch sends a shared tensor as a
+    file descriptor, which the consumer fetches from the worker in a round trip to a thread of the
+    worker's, one per batch, that waits for the worker's GIL while it reads. Later batches of the same
+    buffer travel as its key and their views' offsets.
     """
 
     def __init__(self, slots: int):
         self.slots: list[torch.UntypedStorage | None] = [None] * slots
         self.turn = 0
         self.generation = 0
+        # This ring's name among every ring a consumer receives from (a pid is reused; 8 random bytes are not),
+        # each buffer's allocation count (a grown buffer is a new one), and the buffers already sent.
+        self.token = (os.getpid(), os.urandom(8).hex())
+        self.allocations = [0] * slots
+        self.sent: set[tuple] = set()
 
     def take(self, nbytes: int, meta_bytes: int) -> "RingSlot":
         """The next buffer, stamped, with room for ``meta_bytes`` of small arrays and ``nbytes`` of batch bytes."""
@@ -200,10 +210,11 @@ class BatchRing:
         if storage is None or storage.nbytes() < need:
             # room for a larger batch than this one, so that sizes varying by a few percent reuse it
             storage = self.slots[k] = torch.UntypedStorage._new_shared(need + nbytes // 4)
+            self.allocations[k] += 1
         whole = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),))
         self.generation += 1
         whole[:8].view(torch.int64)[0] = self.generation
-        return RingSlot(whole, meta_bytes, nbytes, self.generation)
+        return RingSlot(whole, meta_bytes, nbytes, self.generation, (*self.token, k, self.allocations[k]), self)
 
 
 @dataclass
@@ -214,15 +225,19 @@ class RingSlot:
     meta_bytes: int
     nbytes: int
     generation: int
+    #: (worker pid, ring token, buffer, allocation): the buffer's name for its consumer
+    key: tuple = ()
+    ring: BatchRing | None = None
 
     @property
     def image(self) -> torch.Tensor:
         at = RING_HEADER + self.meta_bytes
         return self.whole[at:at + self.nbytes]
 
-    def batch(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-        """The batch's small ``arrays`` copied into the buffer: every tensor of the batch a view of it."""
-        out: dict[str, Any] = {}
+    def batch(self, arrays: dict[str, np.ndarray], image: torch.Tensor) -> "RingBatch":
+        """The batch: its ``image`` bytes (:attr:`image`, filled) and its small ``arrays`` copied into the buffer,
+        every tensor of it a view of the buffer."""
+        out = RingBatch(image=image)
         at = RING_HEADER
         for key, array in arrays.items():
             source = torch.from_numpy(np.ascontiguousarray(array))
@@ -235,7 +250,81 @@ class RingSlot:
             at += -(-size // 8) * 8
         out["ring_stamp"] = self.whole[:8].view(torch.int64)
         out["ring_generation"] = self.generation
+        out.slot = self
         return out
+
+
+class RingBatch(dict):
+    """A batch whose tensors are views of one :class:`BatchRing` buffer (a dict, read as any batch).
+
+    Pickled in the worker that owns the buffer, it carries the buffer itself the first time (torch's
+    shared-memory handle) and afterwards only the buffer's key: the consumer keeps every buffer it
+    received (:data:`_RECEIVED`), and a worker's batches reach it in the order they were sent, so the
+    buffer always arrives before a batch that names it. Pickled anywhere else (a consumer passing the
+    batch on), it is a plain dict of tensors. ``copy.copy`` (the DataLoader's ``default_convert``) keeps
+    the slot.
+    """
+
+    slot: RingSlot | None = None
+
+    def __copy__(self) -> "RingBatch":
+        out = RingBatch(self)
+        out.slot = self.slot
+        return out
+
+    def __reduce__(self):
+        slot = self.slot
+        if slot is None or slot.ring is None or os.getpid() != slot.key[0]:
+            return dict, (dict(self),)
+        storage = slot.whole.untyped_storage()
+        views, plain = {}, {}
+        for name, value in self.items():
+            if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == storage.data_ptr():
+                views[name] = (value.dtype, value.storage_offset(), tuple(value.shape), value.stride())
+            else:
+                plain[name] = value
+        # The buffer goes with the first batch of it this worker sends (pickled in send order, by the
+        # queue's feeder thread); the set is the worker's own.
+        first = slot.key not in slot.ring.sent
+        slot.ring.sent.add(slot.key)
+        return _ring_batch_arrived, (slot.key, slot.whole if first else None, views, plain)
+
+
+#: Buffers received from DataLoader workers' rings, by key: {key: storage}. A worker's buffers are dropped
+#: once the worker has exited, when a later buffer arrives; a grown buffer replaces its earlier allocation.
+_RECEIVED: dict[tuple, torch.UntypedStorage] = {}
+_RECEIVED_LOCK = threading.Lock()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ring_batch_arrived(key: tuple, whole: torch.Tensor | None, views: dict[str, tuple],
+                        plain: dict[str, Any]) -> dict[str, Any]:
+    """Unpickling a :class:`RingBatch` in its consumer: the batch's tensors as views of its buffer."""
+    with _RECEIVED_LOCK:
+        if whole is not None:
+            pid, token, k, allocation = key
+            for old in [old for old in _RECEIVED if (old[:3] == key[:3] and old[3] < allocation)
+                        or (old[0] != pid and not _alive(old[0]))]:
+                del _RECEIVED[old]
+            _RECEIVED[key] = whole.untyped_storage()
+        storage = _RECEIVED.get(key)
+    if storage is None:
+        raise DataError(f"a batch of DataLoader worker {key[0]}'s ring buffer {key[2]} arrived in a process that "
+                        f"never received that buffer: ring batches are read by the process that iterates the "
+                        f"DataLoader")
+    out = dict(plain)
+    for name, (dtype, offset, shape, stride) in views.items():
+        out[name] = torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)
+    return out
 
 
 def batch_is_current(batch: dict[str, Any]) -> bool:
@@ -904,7 +993,7 @@ class ShardedImageDataset(ShardReader):
         """A zero-copy batch: its bytes, its small arrays as tensors (in its ring slot when it has one)."""
         if slot is None:
             return {"image": packed, **{key: torch.from_numpy(np.ascontiguousarray(a)) for key, a in arrays.items()}}
-        return {"image": packed, **slot.batch(arrays)}
+        return slot.batch(arrays, image=packed)
 
     def _read_again(self, position: tuple, out: memoryview, where: dict[str, int], exc: BaseException) -> int:
         """A read that failed (the shard changed under the reader, a record failed its check): repair
