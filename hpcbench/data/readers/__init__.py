@@ -21,7 +21,8 @@ Runs of up to 32 neighbouring samples shuffled as units, each run one read (the 
     ds = open_dataset("data/images-tar", decode=False, batch_in_worker=128, order="runs", run_samples=32)
     for batch in DataLoader(ds, num_workers=2, **loader_options(ds, 128)): ...   # batch["image_spans"]
 
-Worker batches in a ring of reused shared-memory buffers (a batch is overwritten 6 batches of its worker later)::
+Worker batches in a ring of reused shared-memory buffers (a batch is overwritten 6 batches of its worker later;
+each buffer crosses to the consumer once, later batches of it as its key: ``RingBatch``)::
 
     ds = open_dataset("data/images-tar", decode=False, batch_in_worker=128, order="runs", batch_ring=6)
     for batch in DataLoader(ds, num_workers=2, prefetch_factor=2, **loader_options(ds, 128)):
