@@ -132,6 +132,7 @@ def test_each_ring_buffer_crosses_to_the_consumer_once_then_batches_name_it(imag
 
 
 def test_a_ring_batch_naming_a_buffer_never_received_is_refused_clearly():
+    import copy
     import pickle
 
     from hpcbench.data.readers import base
@@ -141,6 +142,8 @@ def test_a_ring_batch_naming_a_buffer_never_received_is_refused_clearly():
     slot = ring.take(16, 64)
     slot.image.copy_(torch.arange(16, dtype=torch.uint8))
     batch = slot.batch({"index": np.arange(2)}, image=slot.image)
+    kept = copy.deepcopy(batch)  # its own memory, and not the buffer's crossing
+    assert type(kept) is dict and kept["image"].data_ptr() != batch["image"].data_ptr() and not ring.sent
     first, later = pickle.dumps(batch), pickle.dumps(batch)
     assert len(later) < len(first)  # the buffer itself went with the first only
     try:

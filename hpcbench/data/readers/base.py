@@ -272,6 +272,13 @@ class RingBatch(dict):
         out.slot = self.slot
         return out
 
+    def __deepcopy__(self, memo: dict) -> dict[str, Any]:
+        # Its own memory, no longer the buffer's: a plain dict (deepcopy would otherwise go through __reduce__
+        # and count as the buffer's crossing).
+        import copy
+
+        return {key: copy.deepcopy(value, memo) for key, value in self.items()}
+
     def __reduce__(self):
         slot = self.slot
         if slot is None or slot.ring is None or os.getpid() != slot.key[0]:
