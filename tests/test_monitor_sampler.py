@@ -95,7 +95,9 @@ def test_sampler_rejects_bad_arguments(tmp_path):
 
 
 def test_run_in_process_records_absent_sources(tmp_path):
-    path = run(tmp_path / "m.parquet", interval_s=0.01, sources=["cpu", "nvml"], max_ticks=3)
+    # 50 ms between ticks: /proc/stat counts in 10 ms jiffies, and two reads within one jiffy have no time between
+    # them to share out (the source then records nothing rather than a made-up share; at 10 ms, once in make test).
+    path = run(tmp_path / "m.parquet", interval_s=0.05, sources=["cpu", "nvml"], max_ticks=3)
     frame = read_records(path)
     assert sorted(set(frame[frame["metric"] == "monitor_sample_duration"]["step"])) == [0, 1, 2]
     assert (frame["metric"] == "cpu_utilization").sum() == 2     # the first tick primes the rate
