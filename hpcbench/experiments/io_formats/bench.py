@@ -26,6 +26,11 @@ Three modes, formats and paths interleaved in each round:
 * ``storage+sha256``: the same with every shard hashed against the manifest (resilient reading);
 * ``decoded``: JPEG decoding to tensors (torchvision) as training would do it.
 
+In the ``decoded`` mode, the small-file folder is also read by the widely used recipe side by side: a plain
+map-style dataset that opens each file with PIL, converts it to RGB and resizes it as the readers do
+(torchvision's ``ImageFolder`` way), batched by the DataLoader with the same workers, batch size and prefetch
+(:class:`PilFolder`); target: the files reader's best path >= it in samples/s.
+
 Then each reader alone (one process, no DataLoader), a plain open+read+close loop over the
 small files (what one open costs this disk, the files reader's floor) and a plain sequential
 read (8 MiB ``read`` calls, one stream, cold) of the best format's shard files: the limit of
@@ -44,7 +49,7 @@ import statistics
 import time
 from pathlib import Path
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from hpcbench.core.config import parse_bytes
 from hpcbench.data.generators.images import ImageSpec, make_images
@@ -77,6 +82,48 @@ WARM_SHARE_TARGET = 0.50
 #: Warm: its paired sequential reads are the bench's own code; the cold eviction is the experiment's (tested there).
 TOY_ARGS = ["--images", "24", "--classes", "2", "--workers", "1", "--batch-size", "8", "--shard-size", "200K",
             "--rounds", "1", "--modes", "storage", "--cache", "warm"]
+
+
+class PilFolder(Dataset):
+    """The widely used reader of a folder of JPEGs, as the baseline for the files reader: one file per item,
+    opened with PIL, converted to RGB and resized to ``image_size`` as :func:`hpcbench.data.readers.decode_jpeg`
+    resizes, the DataLoader's default collation batching them (torchvision's ``ImageFolder`` recipe)."""
+
+    def __init__(self, folder: Path, image_size: int):
+        manifest, root = load_manifest(folder)
+        self.paths = [root / s.path for s in manifest.shards]
+        self.labels = [s.label for s in manifest.shards]
+        self.image_size = image_size
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> dict:
+        from PIL import Image
+        from torchvision.transforms.v2 import functional as F
+
+        with Image.open(self.paths[i]) as image:
+            tensor = F.pil_to_tensor(image.convert("RGB"))
+        return {"image": F.resize(tensor, [self.image_size, self.image_size], antialias=True),
+                "label": self.labels[i], "index": i}
+
+
+def pil_folder_epochs(folder: Path, *, image_size: int, workers: int, batch_size: int, rounds: int) -> list[float]:
+    """Seconds per epoch of :class:`PilFolder` over ``folder`` through a DataLoader with persistent workers
+    (started by an untimed warm-up epoch, as the readers' are), shuffled, ``rounds`` epochs."""
+    ds = PilFolder(folder, image_size)
+    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
+                        prefetch_factor=PREFETCH if workers else None, persistent_workers=workers > 0)
+    for _ in loader:
+        pass
+    walls = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        n = sum(len(batch["index"]) for batch in loader)
+        walls.append(time.perf_counter() - t0)
+        if n != len(ds):
+            raise SystemExit(f"PIL folder: an epoch gave {n} samples of {len(ds)}")
+    return walls
 
 
 def prepare(root: Path, images: int, classes: int, shard_bytes: int) -> dict[str, Path]:
@@ -216,6 +263,20 @@ def main(argv: list[str] | None = None) -> int:
                 opens = next(results[mode][p][fmt]["opens"] for p in paths[::-1] if fmt in results[mode][p])
                 print(f"{mode:15s} {fmt:9s}{cells} | {opens:6d}")
         summary = {"results": results, "paths": paths}
+        if "decoded" in results:
+            # The widely used recipe for a folder of JPEGs, side by side with the files reader's best path.
+            decoded = results["decoded"]
+            size = MODES["decoded"]["image_size"]
+            walls = pil_folder_epochs(folders["files"], image_size=size, workers=args.workers,
+                                      batch_size=args.batch_size, rounds=args.rounds)
+            pil = images.samples / statistics.median(walls)
+            best = max((p for p in paths if "files" in decoded[p]), key=lambda p: decoded[p]["files"]["samples_per_s"])
+            ours = decoded[best]["files"]["samples_per_s"]
+            print(f"\ndecoded, small files: the files reader ({best} path) {ours:.0f} samples/s against a plain "
+                  f"DataLoader over PIL {pil:.0f} samples/s: {ours / pil:.2f}x (target >= 1x: "
+                  f"{'MET' if ours >= pil else 'MISSED'})")
+            summary["pil_folder"] = {"samples_per_s": pil, "walls_s": walls, "files_best_path": best,
+                                     "files_samples_per_s": ours, "ratio": ours / pil}
         if args.cache == "warm" and "storage" in results:
             # Each format against a plain sequential read of its own files, paired round by round.
             print(f"\nwarm, storage mode: each format's epoch against a plain sequential read of its own files "
