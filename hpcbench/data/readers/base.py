@@ -226,8 +226,8 @@ class RingSlot:
     nbytes: int
     generation: int
     #: (worker pid, ring token, buffer, allocation): the buffer's name for its consumer
-    key: tuple = ()
-    ring: BatchRing | None = None
+    key: tuple
+    ring: BatchRing
 
     @property
     def image(self) -> torch.Tensor:
@@ -281,7 +281,7 @@ class RingBatch(dict):
 
     def __reduce__(self):
         slot = self.slot
-        if slot is None or slot.ring is None or os.getpid() != slot.key[0]:
+        if slot is None or os.getpid() != slot.key[0]:
             return dict, (dict(self),)
         storage = slot.whole.untyped_storage()
         views, plain = {}, {}
@@ -303,24 +303,16 @@ _RECEIVED: dict[tuple, torch.UntypedStorage] = {}
 _RECEIVED_LOCK = threading.Lock()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _ring_batch_arrived(key: tuple, whole: torch.Tensor | None, views: dict[str, tuple],
                         plain: dict[str, Any]) -> dict[str, Any]:
     """Unpickling a :class:`RingBatch` in its consumer: the batch's tensors as views of its buffer."""
     with _RECEIVED_LOCK:
         if whole is not None:
+            import psutil
+
             pid, token, k, allocation = key
             for old in [old for old in _RECEIVED if (old[:3] == key[:3] and old[3] < allocation)
-                        or (old[0] != pid and not _alive(old[0]))]:
+                        or (old[0] != pid and not psutil.pid_exists(old[0]))]:
                 del _RECEIVED[old]
             _RECEIVED[key] = whole.untyped_storage()
         storage = _RECEIVED.get(key)

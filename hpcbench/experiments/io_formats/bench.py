@@ -119,10 +119,9 @@ def pil_folder_epochs(folder: Path, *, image_size: int, workers: int, batch_size
     walls = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        n = sum(len(batch["index"]) for batch in loader)
+        for _ in loader:
+            pass
         walls.append(time.perf_counter() - t0)
-        if n != len(ds):
-            raise SystemExit(f"PIL folder: an epoch gave {n} samples of {len(ds)}")
     return walls
 
 
