@@ -110,6 +110,19 @@ def test_masked_crc32c_known_value():
     assert tfr.masked_crc32c(b"123456789") == ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def test_crc32c_agrees_with_an_independent_implementation_at_every_length_class():
+    # The hardware CRC switches code paths with the input's length (byte tail, 8-byte crc32, folding over
+    # 64-256-byte blocks): each class against the crc32c package (a separate SSE4.2 implementation, installed
+    # with the tfrecord test dependency), from buffers as the readers pass them (memoryviews of numpy memory).
+    import crc32c
+
+    rng = np.random.default_rng(1)
+    for n in [0, 1, 7, 8, 63, 64, 255, 256, 4097, 120_001, 1 << 20]:
+        data = rng.integers(0, 256, n + 3, dtype=np.uint8)
+        view = memoryview(data)[3:]  # unaligned
+        assert tfr._crc32c(view) == crc32c.crc32c(view.tobytes()), n
+
+
 def test_webdataset_package_reads_our_shards(image_sets):
     import webdataset as wds
 
