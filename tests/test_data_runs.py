@@ -131,6 +131,28 @@ def test_tfrecord_runs_check_each_record_where_it_lies(staged, image_sets):
     assert [r["shard"] for r in ds.repairs()] == [str(victim)] and "CRC" in ds.repairs()[0]["reason"]
 
 
+def test_tfrecord_runs_read_in_pieces_of_whole_records_each_checked(staged, image_sets, monkeypatch):
+    # Pieces smaller than a record: every record is a piece of its own, read and checked by itself; the epoch
+    # still holds every sample's bytes, and a byte flipped in a later piece of a run is still found.
+    from hpcbench.data.readers import base
+
+    monkeypatch.setattr(base, "CHECKED_PIECE", 1)
+    folder = staged("tfrecord")
+    manifest, _ = load_manifest(folder)
+    want = {i: b for i, (b, _) in source_samples(image_sets["files"]).items()}
+    ds = open_dataset(folder, decode=False, verify="none", batch_in_worker=6, seed=2, order="runs", run_samples=5)
+    assert epoch_bytes(ds) == want and ds.reads == SPEC.count and not ds.repairs()
+    monkeypatch.setattr(base, "CHECKED_PIECE", 1 << 30)  # one piece per run, as tar and HDF5 read
+    whole = open_dataset(folder, decode=False, verify="none", batch_in_worker=6, seed=2, order="runs",
+                         run_samples=5)
+    assert epoch_bytes(whole) == want and SPEC.count // 5 <= whole.reads < SPEC.count // 2
+    monkeypatch.setattr(base, "CHECKED_PIECE", 1)
+    flip_unnoticed(folder / manifest.shards[1].path)
+    ds.set_epoch(1)
+    assert epoch_bytes(ds) == want
+    assert [r["shard"] for r in ds.repairs()] == [str(folder / manifest.shards[1].path)]
+
+
 def test_runs_from_shards_held_in_memory_after_a_sha256_check(image_sets, tmp_path):
     # verify="sha256" reads each shard whole to hash it; runs are then copied out of that memory.
     folder = tmp_path / "tar"

@@ -500,6 +500,22 @@ def _cut(index: tuple[np.ndarray, ...] | None, start: int, stop: int, where: str
     return SampleExtents(starts, sizes, labels, extra=tuple(extra), **source)
 
 
+#: Bytes per read of a run whose records are checked (:meth:`_Source.read_run`): each piece's records are
+#: still in the core's L2 cache (1-2 MB on server CPUs) when they are checked.
+CHECKED_PIECE = 1 << 20
+
+
+def _pieces(ends: list[int], size: int) -> list[int]:
+    """Where to end each read of a run whose records end at ``ends`` (ascending): at record ends, a piece
+    reaching past ``size`` bytes only by its last record (a record longer than ``size`` is a piece of its own)."""
+    stops, begun = [], 0
+    for end in ends:
+        if end - begun >= size or end == ends[-1]:
+            stops.append(end)
+            begun = end
+    return stops
+
+
 class _Source:
     """A piece's opened shard while its samples wait in the shuffle buffer; closed after its last is read."""
 
@@ -527,28 +543,42 @@ class _Source:
         lo, hi, _ = self.records
         return int(hi[b - 1] - lo[a])
 
-    def read_run(self, out: memoryview, a: int, b: int) -> None:
+    def read_run(self, out: memoryview, a: int, b: int) -> int:
         """Samples ``a .. b-1`` of the piece in one read into ``out`` (:meth:`run_bytes` long), each record
-        checked (sample ``k``'s bytes then begin at ``records[2][k] - records[0][a]`` in ``out``).
+        checked (sample ``k``'s bytes then begin at ``records[2][k] - records[0][a]`` in ``out``); records that
+        are checked are read in pieces of about :data:`CHECKED_PIECE` bytes. Returns the reads made.
 
         Raises:
             CorruptRecordError: fewer bytes than planned (the shard changed), or a record fails its check.
         """
         lo, hi, _ = self.records
         base = int(lo[a])
-        if self.fd is not None:
-            got = os.preadv(self.fd, (out,), base)
-        else:
-            chunk = self.data[base:base + len(out)]
-            got = len(chunk)
-            if got == len(out):
-                out[:] = chunk
-        if got != len(out):
-            # the caller repairs the shard, naming its file
-            raise CorruptRecordError(f"read {got} of {len(out)} bytes of samples {a}..{b - 1} of the piece")
-        if self.ext.check is not None:
-            for k, (x, y) in enumerate(zip(lo[a:b].tolist(), hi[a:b].tolist()), start=a):
-                self.ext.check(out[x - base:y - base], k)
+        check = self.ext.check
+        # Records that are checked (TFRecord's CRC-32Cs) are read in pieces of whole records of about
+        # CHECKED_PIECE bytes, each checked right after its piece's read, while it is still in the core's
+        # L2 cache; checked after the run's one read, they would be read back from L3 or memory (on this
+        # project's VM, read + check of an epoch's runs in 3.6 MB reads 52 ms, in 1 MB pieces 46 ms, and
+        # the reads alone 40 ms). Unchecked runs stay one read.
+        starts, ends = (lo[a:b] - base).tolist(), (hi[a:b] - base).tolist()
+        pieces = [len(out)] if check is None else _pieces(ends, CHECKED_PIECE)
+        done = k = 0
+        for stop in pieces:
+            if self.fd is not None:
+                got = os.preadv(self.fd, (out[done:stop],), base + done)
+            else:
+                chunk = self.data[base + done:base + stop]
+                got = len(chunk)
+                if got == stop - done:
+                    out[done:stop] = chunk
+            if got != stop - done:
+                # the caller repairs the shard, naming its file
+                raise CorruptRecordError(f"read {done + got} of {len(out)} bytes of samples {a}..{b - 1} of "
+                                         f"the piece")
+            done = stop
+            while check is not None and k < len(ends) and ends[k] <= done:
+                check(out[starts[k]:ends[k]], a + k)
+                k += 1
+        return len(pieces)
 
     def read_into(self, out: memoryview, k: int) -> int:
         """Sample ``k`` of the piece into ``out``; the bytes read (fewer: the shard changed)."""
@@ -607,7 +637,7 @@ class ShardedImageDataset(ShardReader):
 
     reads: int = 0
     """Storage reads made by this process: HDF5 calls of the HDF5 reader, ``preadv`` calls of the zero-copy
-    batch path (one per sample, or one per run with ``order="runs"``)."""
+    batch path (one per sample, or with ``order="runs"`` one per run, TFRecord's per ~1 MiB piece of a run)."""
 
     def __init__(self, path: str | os.PathLike, *, rank: int = 0, world_size: int = 1, shuffle: bool = True,
                  seed: int = 0, shuffle_buffer: int = 64, decode: bool = True, image_size: int | None = None,
@@ -841,7 +871,7 @@ class ShardedImageDataset(ShardReader):
         spans, labels = np.empty((n, 2), np.int64), np.empty(n, np.int64)
         read_s, opens = np.zeros(n), np.zeros(n, np.int64)
         index = np.empty(n, np.int64)
-        pos = row = 0
+        pos = row = reads = 0
         perf = time.perf_counter
         for source, a, b, first, seconds, opened in batch:
             m, size = b - a, source.run_bytes(a, b)
@@ -851,9 +881,10 @@ class ShardedImageDataset(ShardReader):
             out = view[pos:pos + size]
             t0 = perf()
             try:
-                source.read_run(out, a, b)
+                reads += source.read_run(out, a, b)
             except REPAIRABLE as exc:
                 opened += self._read_run_again(source, a, out, at, sizes, where, exc)
+                reads += b - a
             took = perf() - t0
             spans[row:row + m, 0] = pos + at
             spans[row:row + m, 1] = pos + at + sizes
@@ -864,7 +895,7 @@ class ShardedImageDataset(ShardReader):
             opens[row] += opened
             source.done_with_one(m)
             pos, row = pos + size, row + m
-        self.reads += len(batch)
+        self.reads += reads
         return self._batch(packed, slot, {"image_spans": spans, "label": labels, "index": index,
                                           "nbytes": spans[:, 1] - spans[:, 0], "read_s": read_s, "opens": opens})
 
