@@ -285,6 +285,31 @@ def test_eviction_empties_the_page_cache_for_these_files(image_sets):
     assert result.resident_after <= 0.05 and "evicted" in result.describe()
 
 
+def test_sequential_read_reads_every_byte_into_page_aligned_buffers(tmp_path):
+    # The benchmarks' reference read: every byte of every file, in chunks into buffers that lie as a file's
+    # pages do (page-aligned), whatever the chunk size and the number of buffers.
+    import mmap
+    import os
+
+    import numpy as np
+
+    from hpcbench.data.page_cache import _read_buffers, sequential_read
+
+    sizes = [0, 1, 3 * 4096 + 5, (1 << 20) + 17]
+    paths = []
+    for k, n in enumerate(sizes):
+        paths.append(tmp_path / f"f{k}")
+        paths[-1].write_bytes(os.urandom(n))
+    for chunk, buffers in [(8 << 20, 1), (4096 + 3, 4), (1 << 16, 2)]:
+        assert sequential_read(paths, chunk, buffers=buffers) == sum(sizes)
+        for buf in _read_buffers(chunk, buffers):
+            assert len(buf) == chunk and np.frombuffer(buf, np.uint8).ctypes.data % mmap.PAGESIZE == 0
+    # the last buffer holds the end of the last file: the bytes really went through them
+    last = _read_buffers(1 << 16, 2)
+    tail = paths[-1].read_bytes()[-(sizes[-1] % (1 << 16)):]
+    assert any(bytes(b[:len(tail)]) == tail for b in last)
+
+
 def test_cpu_prefetcher_keeps_order_and_raises_errors():
     batches = [{"x": torch.full((2,), i)} for i in range(7)]
     out = list(DevicePrefetcher(batches, "cpu", depth=2))

@@ -131,6 +131,29 @@ def test_tfrecord_runs_check_each_record_where_it_lies(staged, image_sets):
     assert [r["shard"] for r in ds.repairs()] == [str(victim)] and "CRC" in ds.repairs()[0]["reason"]
 
 
+@pytest.mark.parametrize("fmt", SHARD_FORMATS)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_each_sample_lies_in_its_batch_as_in_its_file_within_a_cache_line(image_sets, fmt, workers):
+    # The kernel copies fastest when source and destination lie alike within a cache line: every run is read
+    # to an address congruent to its file offset modulo 64, so each of its samples' bytes is too (in the
+    # reader's own buffers and in a DataLoader worker's ring).
+    from hpcbench.data.readers.base import COPY_ALIGN
+
+    manifest, folder = load_manifest(image_sets[fmt])
+    shards = [(folder / s.path).read_bytes() for s in manifest.shards]
+    ds = open_dataset(folder, decode=False, verify="size", seed=4, batch_in_worker=5, order="runs", run_samples=3,
+                      batch_ring=4 if workers else 0)
+    seen = 0
+    for batch in DataLoader(ds, num_workers=workers, **loader_options(ds, 5)):
+        address = batch["image"].data_ptr()
+        for (start, _), data in zip(batch["image_spans"].tolist(), image_bytes(batch)):
+            offsets = [shard.find(data) for shard in shards if data in shard]
+            assert len(offsets) == 1, "a sample's bytes are in exactly one shard"
+            assert (address + start) % COPY_ALIGN == offsets[0] % COPY_ALIGN
+            seen += 1
+    assert seen == SPEC.count
+
+
 def test_tfrecord_runs_read_in_pieces_of_whole_records_each_checked(staged, image_sets, monkeypatch):
     # Pieces smaller than a record: every record is a piece of its own, read and checked by itself; the epoch
     # still holds every sample's bytes, and a byte flipped in a later piece of a run is still found.
