@@ -83,6 +83,21 @@ def _shard_last_steps() -> set[int]:
     return ends
 
 
+def test_chunks_and_read_buffers_lie_on_cache_lines(tmp_path):
+    # The direct reads copy each chunk from the page cache into the block's buffer: the generator places chunks
+    # at multiples of 64 bytes and the reader's buffers are page-aligned, so every copy is line to line.
+    spec = WeatherSpec(steps=6, channels=2, lat=16, lon=64, steps_per_shard=3, seed=1)  # 4 KiB chunks
+    make_weather(tmp_path / "w", spec)
+    manifest, folder = load_manifest(tmp_path / "w")
+    for shard in manifest.shards:
+        with h5py.File(folder / shard.path) as f:
+            offsets = chunk_table(f["fields"])
+        assert offsets is not None and (offsets % 64 == 0).all(), offsets.ravel() % 64
+    ds = WeatherDataset(folder, verify="size", block_size=2, readahead=0, seed=0)
+    blocks = [item["x"] for item in ds]
+    assert len(blocks) == len(ds) and all(x.data_ptr() % 64 == 0 for x in blocks)
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_pairs_are_consecutive_steps_with_the_generators_values(weather, stored, direct):
     ds = WeatherDataset(weather, seed=4, block_size=BLOCK, direct=direct)

@@ -60,6 +60,7 @@ one into the places planned for them.
 from __future__ import annotations
 
 import io
+import mmap
 import multiprocessing
 import os
 import random
@@ -126,6 +127,21 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
+def _private_map(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of page-aligned private memory, in huge pages where the kernel has them.
+
+    Page-aligned, so that a read into it lies as the file's pages do wherever the reader places it so
+    (:data:`COPY_ALIGN`); private, as ``mmap``'s default (shared) memory is shmem, which this kind of VM
+    keeps in 4 KiB pages; huge pages asked for as numpy asks for them for its large arrays (transparent
+    huge pages are often "madvise" only): the image reader's batches took 40 % more CPU time in shared
+    4 KiB pages.
+    """
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    return memory
+
+
 class BufferPool:
     """Read buffers for the reader's own process, reused once nothing holds them any more.
 
@@ -152,7 +168,7 @@ class BufferPool:
                     return array[:nbytes]
             # Room for a larger batch than this one: sizes vary, and a buffer a few bytes short
             # would be passed over every time.
-            array = np.empty(max(nbytes + nbytes // 2, 1), dtype=np.uint8)
+            array = np.frombuffer(_private_map(max(nbytes + nbytes // 2, 1)), dtype=np.uint8)
             if len(self.arrays) >= self.keep:
                 self.arrays.pop(0)
             self.arrays.append(array)
