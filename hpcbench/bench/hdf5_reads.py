@@ -24,7 +24,7 @@ kept; a first, untimed epoch builds them): a reader made afresh for each epoch w
 buffers' allocation, which with transparent huge pages can include the kernel compacting memory
 (up to 0.5 s of an epoch's 60 ms here). In the
 same round, a plain sequential read of the very same files (8 MiB ``readinto`` calls, one
-stream) is timed with the page cache in the same state: ``cold`` evicts the files before
+stream, into a page-aligned buffer) is timed with the page cache in the same state: ``cold`` evicts the files before
 each timed read (:mod:`hpcbench.data.page_cache`, checked with mincore), ``warm`` reads them
 once untimed first. Throughput is the data set's file bytes over the wall time, for both.
 Rounds interleave the readers and alternate which of reader and sequential read goes first;

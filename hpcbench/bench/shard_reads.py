@@ -25,11 +25,13 @@ and the widely used reader of each format on the same files, in file order as th
 * tar: WebDataset (``WebDataset(urls).to_tuple("jpg", "cls")``);
 
 and, in the same round and page-cache state, a plain sequential read of the very same files
-(8 MiB ``readinto`` calls, one stream: :func:`hpcbench.data.page_cache.sequential_read`), and
-the same read into 4 batch-sized buffers in turn (``share (batch buffers)``): warm, one 8 MiB buffer
-stays in the CPU's last-level cache and the copy never writes to DRAM, while a loader's batches
-live in memory the consumer holds (on this VM, 12 GB/s into 8 MiB against ~9.5 GB/s into 16 MiB
-buffers in turn). The dataset object lives across rounds, as in training (its shard indexes and read buffers are kept;
+(8 MiB ``readinto`` calls, one stream, into a page-aligned buffer as ``cat`` and ``dd`` read:
+:func:`hpcbench.data.page_cache.sequential_read`), and the same read into 4 batch-sized buffers in
+turn (``share (batch buffers)``): warm, one 8 MiB buffer stays in the CPU's last-level cache and the
+copy never writes to DRAM, while a loader's batches live in memory the consumer holds (on this VM,
+9.6 GB/s into 8 MiB against 7.9-8.6 GB/s into 4 buffers of 14 MB in turn). The readers' runs land
+as the file's bytes lie within a cache line (:data:`hpcbench.data.readers.base.COPY_ALIGN`), and
+TFRecord's are read in pieces of ~1 MiB of whole records, each checked as it arrives. The dataset object lives across rounds, as in training (its shard indexes and read buffers are kept;
 the first, untimed epoch builds them). ``warm`` reads the files once untimed before each timed
 read; ``cold`` evicts them (checked with mincore). Share: the median over rounds of sequential
 time / reader time, rounds alternating which goes first. CPU ms: the process's CPU time per

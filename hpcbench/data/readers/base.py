@@ -50,7 +50,11 @@ move), the runs are shuffled as units in a buffer of ``shuffle_buffer // run_sam
 batch is filled run by run (a run longer than the room left is cut, its rest opens the next
 batch). Each run, or the part of it in one batch, is one read straight into the batch tensor,
 whatever lies between its samples included (tar headers, TFRecord framing, whose CRC-32Cs are
-checked in place); ``image_spans`` (``N x 2``) says where each sample's bytes lie. The order
+checked in place, in reads of ~1 MiB of whole records so that each is checked while still in the
+core's cache); ``image_spans`` (``N x 2``) says where each sample's bytes lie. Each run begins at
+an address congruent to its file offset modulo a cache line (:data:`COPY_ALIGN`, up to 63 bytes of
+padding before it): the kernel's copy out of the page cache runs its fast path only when source
+and destination lie alike within a line (see :data:`COPY_ALIGN` for what it is worth). The order
 is coarser than a per-sample shuffle: a batch holds a few runs of neighbours from the shards
 in the buffer (FFCV's quasi-random order makes the same trade). Every sample is still read
 exactly once per epoch; a run whose read fails repairs the shard and reads its samples one by

@@ -33,7 +33,7 @@ map-style dataset that opens each file with PIL, converts it to RGB and resizes 
 
 Then each reader alone (one process, no DataLoader), a plain open+read+close loop over the
 small files (what one open costs this disk, the files reader's floor) and a plain sequential
-read (8 MiB ``read`` calls, one stream, cold) of the best format's shard files: the limit of
+read (8 MiB ``read`` calls into a page-aligned buffer, one stream, cold) of the best format's shard files: the limit of
 this disk for those bytes. Printed side by side, with the targets (batched path, storage mode):
 best shard format >= 3x the small-file folder in samples/s, and the best format's MB/s >= 60 %
 of the plain sequential read. ``--cache warm`` reads every file once before each epoch and before
