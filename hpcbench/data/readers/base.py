@@ -64,7 +64,6 @@ one into the places planned for them.
 from __future__ import annotations
 
 import io
-import mmap
 import multiprocessing
 import os
 import random
@@ -84,6 +83,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from hpcbench.data.errors import CorruptRecordError, DataError, ManifestError, ShardError
 from hpcbench.data.manifest import load_manifest
+from hpcbench.data.page_cache import aligned_buffer
 from hpcbench.data.plan import Piece, buffer_shuffle, cut_runs, epoch_pieces
 from hpcbench.data.resilience import EventLog, OpenedShard, ShardAccess, ShardCheckFailed, Verify, repair_or_raise
 from hpcbench.core.registry import Registry
@@ -131,21 +131,6 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
-def _private_map(nbytes: int) -> mmap.mmap:
-    """``nbytes`` of page-aligned private memory, in huge pages where the kernel has them.
-
-    Page-aligned, so that a read into it lies as the file's pages do wherever the reader places it so
-    (:data:`COPY_ALIGN`); private, as ``mmap``'s default (shared) memory is shmem, which this kind of VM
-    keeps in 4 KiB pages; huge pages asked for as numpy asks for them for its large arrays (transparent
-    huge pages are often "madvise" only): the image reader's batches took 40 % more CPU time in shared
-    4 KiB pages.
-    """
-    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        memory.madvise(mmap.MADV_HUGEPAGE)
-    return memory
-
-
 class BufferPool:
     """Read buffers for the reader's own process, reused once nothing holds them any more.
 
@@ -171,8 +156,9 @@ class BufferPool:
                 if sys.getrefcount(array) == 3 and array.nbytes >= nbytes:
                     return array[:nbytes]
             # Room for a larger batch than this one: sizes vary, and a buffer a few bytes short
-            # would be passed over every time.
-            array = np.frombuffer(_private_map(max(nbytes + nbytes // 2, 1)), dtype=np.uint8)
+            # would be passed over every time. Page-aligned, so that a run read into it can be placed as
+            # its file's bytes lie (COPY_ALIGN).
+            array = np.frombuffer(aligned_buffer(max(nbytes + nbytes // 2, 1)), dtype=np.uint8)
             if len(self.arrays) >= self.keep:
                 self.arrays.pop(0)
             self.arrays.append(array)
@@ -583,9 +569,9 @@ class _Source:
         check = self.ext.check
         # Records that are checked (TFRecord's CRC-32Cs) are read in pieces of whole records of about
         # CHECKED_PIECE bytes, each checked right after its piece's read, while it is still in the core's
-        # L2 cache; checked after the run's one read, they would be read back from L3 or memory (on this
-        # project's VM, read + check of an epoch's runs in 3.6 MB reads 52 ms, in 1 MB pieces 46 ms, and
-        # the reads alone 40 ms). Unchecked runs stay one read.
+        # cache; checked after the run's one read, they would be read back from L3 or memory. On this
+        # project's VM a 2-worker DataLoader epoch took 53 ms against 61 ms (3 alternations; one process:
+        # no difference, its two batch buffers stay in L3). Unchecked runs stay one read.
         starts, ends = (lo[a:b] - base).tolist(), (hi[a:b] - base).tolist()
         pieces = [len(out)] if check is None else _pieces(ends, CHECKED_PIECE)
         done = k = 0
