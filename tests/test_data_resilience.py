@@ -310,6 +310,24 @@ def test_sequential_read_reads_every_byte_into_page_aligned_buffers(tmp_path):
     assert any(bytes(b[:len(tail)]) == tail for b in last)
 
 
+def test_cat_read_times_gnu_cat_and_names_what_is_missing(tmp_path, monkeypatch):
+    # The benchmarks' third reference: the system's `cat` on the same files. A missing file or a missing
+    # `cat` is named before anything runs; otherwise the seconds cat took, its start-up subtracted.
+    import os
+
+    from hpcbench.data.page_cache import cat_read
+
+    present = tmp_path / "present"
+    present.write_bytes(os.urandom(3 << 20))
+    seconds = cat_read([present, present])
+    assert isinstance(seconds, float) and seconds >= 0.0
+    with pytest.raises(FileNotFoundError, match="absent"):
+        cat_read([present, tmp_path / "absent"])
+    monkeypatch.setenv("PATH", str(tmp_path))  # a folder without `cat`
+    with pytest.raises(FileNotFoundError, match="no `cat` on PATH"):
+        cat_read([present])
+
+
 def test_cpu_prefetcher_keeps_order_and_raises_errors():
     batches = [{"x": torch.full((2,), i)} for i in range(7)]
     out = list(DevicePrefetcher(batches, "cpu", depth=2))
