@@ -35,9 +35,9 @@ and, in the same round and page-cache state, three plain sequential reads of the
 * ``of cat``: GNU ``cat`` itself, output to ``/dev/null``, its start-up subtracted
   (:func:`hpcbench.data.page_cache.cat_read`): 128 KiB reads, 9.2 GB/s against ``seq``'s 15.7 GB/s here.
 
-This VM's memory moves between states from one hour to the next: ``seq`` read 10-12 GB/s in some hours
-of 2026-12-04 and 15-17.6 GB/s in others, and a reader's share of it swung with it (HDF5's best path
-58-75 %); in five runs in the fast state, HDF5's best path read 104-116 % of the batch-buffer read.
+This VM's memory moves between states from one hour to the next: ``seq`` read 5-7, 10-12 and 15-17.6 GB/s
+at different hours of 2026-12-04, and a reader's share of it swung with it (HDF5's best path 55-75 %); in
+the fast state, HDF5's best path read 88-116 % of the batch-buffer read in seven runs.
 The readers' runs land as the file's bytes lie within a cache line
 (:data:`hpcbench.data.readers.base.COPY_ALIGN`), and TFRecord's are read in pieces of ~1 MiB of whole
 records, each checked as it arrives. The dataset object lives across rounds, as in training (its shard
