@@ -187,6 +187,34 @@ def test_training_measurement_on_cpu(tmp_path, plan):
     assert [r.step for r in ctx.rows if r.metric == "step_time"] == [0, 1]
 
 
+def test_training_runs_the_experiments_tuned_step_and_reports_its_first_step_apart(tmp_path):
+    plan = gc.TrainPlan("resnet_tiny", batch_size=2, warmup=2, steps=2, image_size=32)
+    ctx = gc.CheckContext(device=torch.device("cpu"), out_dir=tmp_path)
+    result = gc.measure_training(plan, ctx)
+    assert result.result == "pass", result.error
+    settings = result.details["settings"]
+    assert (settings["dtype"], settings["channels_last"], settings["optimizer"]) == ("bfloat16", True, "adamw")
+    (first,) = [r for r in ctx.rows if r.metric == "first_step_time"]
+    assert first.value == result.details["first_step_s"] > 0 and "cuDNN" in first.text
+    assert first.labels["compiled"] is False and "batch 2" in result.key
+    assert not [r for r in ctx.rows if r.metric == "micro_batch"]  # chosen from memory only on a GPU
+    # the new rows and labels go through the records file as the GPU run writes them
+    context = RecordContext(run_id="r", suite="gpu-check", experiment="gpu_check", params={"quick": True})
+    assert gc.write_and_read_back(ctx.rows, tmp_path / gc.RECORDS_NAME, context) == len(ctx.rows)
+    frame = read_records(tmp_path / gc.RECORDS_NAME)
+    assert set(frame["metric"]) == {"step_time", "throughput", "mfu", "first_step_time"}
+
+
+def test_the_gpu_plans_choose_their_batch_from_memory_and_compile_on_request():
+    full = gc.gpu_plans(quick=False)
+    assert {p.max_batch_size for p in full.values()} == {512, 64} and not any(p.compile for p in full.values())
+    assert all(p.max_batch_size is None and p.compile for p in gc.gpu_plans(quick=True, compile=True).values())
+    with pytest.raises(ValueError, match="first step compiles"):
+        gc.TrainPlan("gpt2_tiny", batch_size=2, warmup=0, compile=True)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        gc.TrainPlan("gpt2_tiny", batch_size=8, max_batch_size=4)
+
+
 def test_prefetch_check_on_cpu(tmp_path):
     ctx = gc.CheckContext(device=torch.device("cpu"), out_dir=tmp_path)
     result = gc.check_prefetch(ctx)

@@ -1,6 +1,6 @@
 """GPU check: every CUDA and NCCL path one GPU can exercise, in a few minutes, as a pass/fail table.
 
-Run: ``python -m hpcbench.bench.gpu_check [--out DIR] [--quick]`` (``make gpu-check``).
+Run: ``python -m hpcbench.bench.gpu_check [--out DIR] [--quick] [--compile]`` (``make gpu-check``).
 
 The checks, in the order they run (each is independent: one that raises is recorded as
 ``fail`` with its error, printed at once, and the others still run):
@@ -13,10 +13,13 @@ The checks, in the order they run (each is independent: one that raises is recor
 * ``hooks_world1``: the gradient compression hooks (2-bit core, messages through NCCL, every
   registered compression inside DDP) and ``no_sync`` accumulation on CUDA tensors, in a world
   of 1 (the exchange between ranks needs 2 GPUs; it is tested on CPU ranks).
-* ``train_resnet50`` / ``train_gpt2_124M``: single-GPU training steps under bf16 autocast
-  (warm-up, then timed steps, each timed with CUDA events); throughput and MFU. They pass when
-  the loss stays finite and the MFU lies in (0, 1) (MFU "n/a" when the GPU is not in
-  :data:`~hpcbench.core.metrics.PEAK_DENSE_BF16_FLOPS`).
+* ``train_resnet50`` / ``train_gpt2_124M``: single-GPU training steps as the experiments' tuned step
+  makes them (:mod:`hpcbench.models.step`: bf16 autocast, NHWC for ResNet-50, SDPA attention, fused
+  AdamW; ``--compile`` adds ``torch.compile``, its compilation timed apart as the first step), the
+  micro-batch chosen from the GPU's memory (the largest power-of-two multiple of the plan's that fits
+  in 85 % of it, up to a cap); warm-up, then timed steps, each timed with CUDA events; throughput and
+  MFU. They pass when the loss stays finite and the MFU lies in (0, 1) (MFU "n/a" when the GPU is not
+  in :data:`~hpcbench.core.metrics.PEAK_DENSE_BF16_FLOPS`).
 * ``prefetch_cuda``: :class:`~hpcbench.data.prefetch.DevicePrefetcher`'s side-stream path over
   a pinned DataLoader: every batch arrives on the GPU, in order, equal to the CPU batch.
 * ``nvml_sampler``: the monitor's sampler process (:mod:`hpcbench.monitor`) with its NVML source
@@ -51,7 +54,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -270,6 +273,11 @@ class TrainPlan:
     """timed steps, each kept as a sample"""
     image_size: int = 224
     seq_len: int = 1024
+    max_batch_size: int | None = None
+    """on a GPU, the micro-batch is chosen from its memory: the largest power-of-two multiple of
+    ``batch_size`` up to this one whose step fits in :data:`MEMORY_BUDGET` of it; ``None``: ``batch_size``"""
+    compile: bool = False
+    """``torch.compile`` the model; its first step, the compilation, is timed apart"""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "steps", "image_size", "seq_len"):
@@ -277,6 +285,12 @@ class TrainPlan:
                 raise ValueError(f"TrainPlan.{name}: {getattr(self, name)} is out of range; allowed: >= 1")
         if self.warmup < 0:
             raise ValueError(f"TrainPlan.warmup: {self.warmup} is out of range; allowed: >= 0")
+        if self.compile and self.warmup < 1:
+            raise ValueError("TrainPlan.warmup: 0 with compile; the first step compiles and must not be timed: "
+                             "allowed: >= 1")
+        if self.max_batch_size is not None and self.max_batch_size < self.batch_size:
+            raise ValueError(f"TrainPlan.max_batch_size: {self.max_batch_size} is below batch_size "
+                             f"{self.batch_size}; allowed: >= batch_size, or None")
 
 
 @dataclass
@@ -305,14 +319,23 @@ class CheckContext:
         return peak_dense_bf16_flops(torch.cuda.get_device_name(self.device))
 
 
-def gpu_plans(quick: bool) -> dict[str, TrainPlan]:
-    """The training checks on a real GPU; ``quick`` shrinks batches and steps (a smoke test)."""
+#: The share of the GPU's memory a chosen micro-batch's step may peak at (the rest: the allocator's slack,
+#: cuDNN's workspaces, the other checks' leftovers).
+MEMORY_BUDGET = 0.85
+
+
+def gpu_plans(quick: bool, compile: bool = False) -> dict[str, TrainPlan]:
+    """The training checks on a real GPU; ``quick`` shrinks batches and steps (a smoke test) and keeps them
+    fixed; otherwise each micro-batch is chosen from memory, from the batch a tuned run starts at up to a cap
+    beyond which throughput no longer grows on one GPU (ResNet-50: 512 images, GPT-2 124M: 64 x 1024 tokens)."""
     if quick:
-        return {"train_resnet50": TrainPlan("resnet50", batch_size=32, warmup=2, steps=5),
-                "train_gpt2_124M": TrainPlan("gpt2_124M", batch_size=4, warmup=2, steps=5, seq_len=1024)}
-    # Batches large enough to keep an H100/H200 busy in eager mode, far below its memory.
-    return {"train_resnet50": TrainPlan("resnet50", batch_size=128, warmup=3, steps=20),
-            "train_gpt2_124M": TrainPlan("gpt2_124M", batch_size=16, warmup=3, steps=20, seq_len=1024)}
+        return {"train_resnet50": TrainPlan("resnet50", batch_size=32, warmup=2, steps=5, compile=compile),
+                "train_gpt2_124M": TrainPlan("gpt2_124M", batch_size=4, warmup=2, steps=5, seq_len=1024,
+                                             compile=compile)}
+    return {"train_resnet50": TrainPlan("resnet50", batch_size=128, warmup=3, steps=20, max_batch_size=512,
+                                        compile=compile),
+            "train_gpt2_124M": TrainPlan("gpt2_124M", batch_size=16, warmup=3, steps=20, seq_len=1024,
+                                         max_batch_size=64, compile=compile)}
 
 
 def _sync(device: Any) -> None:
@@ -322,31 +345,43 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _train_steps(spec: Any, plan: TrainPlan, device: Any) -> tuple[list[float], float, list[float], float | None]:
-    """Build, warm up and time ``plan.steps`` steps; return (per-step s, wall s, losses, FLOPs per step).
+def _recipe(plan: TrainPlan) -> Any:
+    """The tuned step's recipe (:mod:`hpcbench.models.step`), bf16 and NHWC on the CPU too, so that the CPU
+    tests run the very path the GPU does."""
+    from hpcbench.models.step import StepRecipe
+
+    return StepRecipe(optimizer="adamw", lr=1e-4, precision="bf16", channels_last="on", compile=plan.compile)
+
+
+def _train_steps(spec: Any, plan: TrainPlan, device: Any) -> dict[str, Any]:
+    """Build, warm up and time ``plan.steps`` steps: per-step s, wall s, losses, FLOPs per step, the first
+    step's s (a compiled model's compilation) and the step's settings.
 
     The model, optimizer and batch live only in this frame, so the caller can free their memory.
     """
     import torch
 
-    model = spec.build().to(device)
+    from hpcbench.models.step import make_optimizer, prepare_model, step_settings, timed_first_step
+
+    settings = step_settings(_recipe(plan), device.type, spec.kind)
+    inner = spec.build().to(device)
+    model = prepare_model(inner, settings)  # NHWC inputs and autocast inside its forward
     x, y = spec.synthetic_batch(plan.batch_size, device=device, seed=0, image_size=plan.image_size,
                                 seq_len=plan.seq_len)
-    if spec.kind == "image":  # NHWC is what tensor-core convolutions want
-        model = model.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = make_optimizer(model.parameters(), settings)
 
     def step():
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            loss = spec.loss(model(x), y)
+        loss = spec.loss(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    losses = [step() for _ in range(plan.warmup)]
+    losses, first_s = [], None
+    if plan.warmup:
+        first, first_s = timed_first_step(step, lambda: _sync(device))
+        losses = [first] + [step() for _ in range(plan.warmup - 1)]
     _sync(device)
     step_s: list[float] = []
     t0 = time.perf_counter()
@@ -366,7 +401,31 @@ def _train_steps(spec: Any, plan: TrainPlan, device: Any) -> tuple[list[float], 
             step_s.append(time.perf_counter() - s0)
     wall = time.perf_counter() - t0
     flops_fn = STEP_FLOPS.get(plan.model)
-    return step_s, wall, torch.stack(losses).float().cpu().tolist(), flops_fn(model, plan) if flops_fn else None
+    return {"step_s": step_s, "wall": wall, "losses": torch.stack(losses).float().cpu().tolist(),
+            "flops": flops_fn(inner, plan) if flops_fn else None, "first_s": first_s, "settings": settings}
+
+
+def choose_batch(spec: Any, plan: TrainPlan, device: Any) -> Any:
+    """The plan's micro-batch from the GPU's memory (:func:`hpcbench.models.step.largest_micro_batch`): each
+    size tried is one whole eager step (model, AdamW state, activations) on a fresh model."""
+    import torch
+
+    from hpcbench.models.step import (cuda_peak_bytes, largest_micro_batch, make_optimizer, prepare_model,
+                                      step_settings)
+
+    settings = step_settings(_recipe(plan), device.type, spec.kind)
+    eager = replace(settings, compile=False)  # compiling once per size tried would take minutes
+
+    def one_step(b: int) -> None:
+        model = prepare_model(spec.build().to(device), eager)
+        opt = make_optimizer(model.parameters(), eager)
+        x, y = spec.synthetic_batch(b, device=device, seed=0, image_size=plan.image_size, seq_len=plan.seq_len)
+        spec.loss(model(x), y).backward()
+        opt.step()
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    return largest_micro_batch(cuda_peak_bytes(one_step, device), start=plan.batch_size,
+                               limit=plan.max_batch_size, budget_bytes=int(MEMORY_BUDGET * total))
 
 
 def measure_training(plan: TrainPlan, ctx: CheckContext) -> CheckResult:
@@ -390,8 +449,14 @@ def measure_training(plan: TrainPlan, ctx: CheckContext) -> CheckResult:
         torch.zeros(1, device=device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+    choice = None
+    if cuda and plan.max_batch_size is not None:
+        choice = choose_batch(spec, plan, device)
+        plan = replace(plan, batch_size=choice.batch)
+        torch.cuda.reset_peak_memory_stats(device)
     try:
-        step_s, wall, loss_values, flops = _train_steps(spec, plan, device)
+        run = _train_steps(spec, plan, device)
+        step_s, wall, loss_values, flops = run["step_s"], run["wall"], run["losses"], run["flops"]
         if cuda:
             ctx.peak_memory[plan.model] = (torch.cuda.max_memory_allocated(device),
                                            torch.cuda.max_memory_reserved(device))
@@ -402,8 +467,17 @@ def measure_training(plan: TrainPlan, ctx: CheckContext) -> CheckResult:
     throughput = plan.batch_size * spec.items_per_sample(seq_len=plan.seq_len) / mean_step
     util = mfu(flops, mean_step, ctx.peak_flops) if flops else None
 
-    labels = {"model": plan.model, "batch_size": plan.batch_size, "dtype": "bfloat16",
+    settings = run["settings"]
+    labels = {"model": plan.model, "batch_size": plan.batch_size, "dtype": settings.dtype,
+              "channels_last": settings.channels_last, "optimizer": settings.optimizer,
+              "optimizer_options": settings.labels()["optimizer_options"], "compiled": settings.compile,
               **({"image_size": plan.image_size} if spec.kind == "image" else {"seq_len": plan.seq_len})}
+    if choice is not None:
+        ctx.rows.append(Row("micro_batch", choice.batch, "samples", labels=labels, text=choice.describe()))
+    if run["first_s"] is not None:
+        ctx.rows.append(Row("first_step_time", run["first_s"], "s", labels=labels,
+                            text="the first warm-up step: torch.compile's compilation" if settings.compile
+                            else "the first warm-up step: cuDNN autotuning, allocator growth, AdamW's state"))
     for i, t in enumerate(step_s):
         ctx.rows.append(Row("step_time", t, "s", step=i, labels=labels))
     ctx.rows.append(Row("throughput", throughput, spec.throughput_unit, labels=labels))
@@ -412,7 +486,8 @@ def measure_training(plan: TrainPlan, ctx: CheckContext) -> CheckResult:
     finite = all(math.isfinite(v) for v in loss_values)
     plausible = util is None or 0.0 < util < 1.0
     unit = spec.throughput_unit
-    key = f"{throughput:,.0f} {unit}, MFU " + (f"{util:.1%}" if util is not None else "n/a")
+    key = (f"{throughput:,.0f} {unit}, MFU " + (f"{util:.1%}" if util is not None else "n/a")
+           + f", batch {plan.batch_size}" + (f", compile {run['first_s']:.0f} s" if settings.compile else ""))
     problems = []
     if not finite:
         problems.append(f"loss is not finite: {loss_values}")
@@ -421,7 +496,8 @@ def measure_training(plan: TrainPlan, ctx: CheckContext) -> CheckResult:
     details = {"model": plan.model, "batch_size": plan.batch_size, "warmup": plan.warmup,
                "step_s": step_s, "wall_s": wall, "step_p50_s": statistics.median(step_s),
                "throughput": throughput, "unit": unit, "flops_per_step": flops, "peak_flops": ctx.peak_flops,
-               "mfu": util, "losses": loss_values}
+               "mfu": util, "losses": loss_values, "first_step_s": run["first_s"], "settings": settings.labels(),
+               "batch_choice": choice.describe() if choice is not None else None}
     return CheckResult("", "pass" if not problems else "fail", key, error="; ".join(problems), details=details)
 
 
@@ -880,6 +956,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/gpu-check"),
                         help="folder for gpu-check.json, records/ and the launcher's logs")
     parser.add_argument("--quick", action="store_true", help="smaller batches and fewer steps (a smoke test)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the training checks' models (the compilation is reported apart)")
     args = parser.parse_args(argv)
 
     import torch
@@ -889,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         return NO_GPU_EXIT
     t0 = time.perf_counter()
     ctx = CheckContext(device=torch.device("cuda", 0), out_dir=args.out, quick=args.quick,
-                       plans=gpu_plans(args.quick))
+                       plans=gpu_plans(args.quick, compile=args.compile))
     print(f"[gpu-check] {len(CHECKS)} checks{' (quick)' if args.quick else ''}; output: {args.out}", flush=True)
     results = run_checks(CHECKS, ctx)
     env = environment()  # after the NCCL checks: it creates this process's CUDA context

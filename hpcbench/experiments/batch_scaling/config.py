@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
 from hpcbench.models import MODEL_NAMES, MODELS
+from hpcbench.models.step import LAYOUTS, PRECISIONS, StepRecipe
 from hpcbench.parallel.modes import MODE_NAMES, MODES
 from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
                                    calibration_steps_param, regime_param)
@@ -56,6 +57,11 @@ class BatchScalingConfig(DistributedConfig):
     image_size: int = param(32, "side of the synthetic images (224 for ImageNet-sized steps)", min=32, max=1024)
     seq_len: int = param(64, "tokens per synthetic sequence", min=2, max=1024,
                          allowed="at most a text model's block size")
+    precision: str = param("auto", "the forward's precision (hpcbench.models.step): auto is bf16 autocast on GPUs, "
+                                   "fp32 on CPU ranks", choices=PRECISIONS)
+    channels_last: str = param("auto", "NHWC for the image models: auto is on GPUs only", choices=LAYOUTS)
+    torch_compile: bool = param(False, "torch.compile each factor's model (its first step, the compilation, is "
+                                       "a warm-up step and never timed)", allowed="needs warmup_steps >= 1")
     warmup_steps: int = param(1, "untimed optimizer steps per batch size", min=0, max=1000)
     steps: int = param(4, "timed optimizer steps per batch size; each one is kept as a sample", min=1, max=100000)
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)
@@ -86,6 +92,9 @@ class BatchScalingConfig(DistributedConfig):
         problem = MODES.get(self.mode).layout_problem(self.nodes, self.ranks_per_node)
         if problem:
             raise self._error("mode", f"{self.mode!r} {problem}")
+        if self.torch_compile and self.warmup_steps < 1:
+            raise self._error("warmup_steps", "is 0, but torch_compile compiles in the first step, which must not "
+                                              "be timed; give warmup_steps >= 1")
         spec = MODELS.get(self.model)
         if spec.kind == "text" and self.seq_len > spec.max_seq_len:
             raise self._error("seq_len", f"{self.seq_len} exceeds {self.model}'s block size {spec.max_seq_len}")
@@ -100,6 +109,12 @@ class BatchScalingConfig(DistributedConfig):
         problem = calibration_rates_problem(self.calibration_rates)
         if problem:
             raise self._error("calibration_rates", problem)
+
+    def step_recipe(self) -> StepRecipe:
+        """The training step's recipe: plain SGD, as the sweep has always timed it, in the configured precision,
+        layout and compilation."""
+        return StepRecipe(optimizer="sgd", lr=1e-4, precision=self.precision, channels_last=self.channels_last,
+                          compile=self.torch_compile)
 
     def plan(self, regime: str, factor: int) -> tuple[int, int]:
         """(micro-batch per rank, micro-steps per optimizer step) of one regime and factor."""

@@ -31,6 +31,7 @@ from hpcbench.core.results import RecordWriter
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME, BatchScalingConfig
 from hpcbench.models import MODELS
+from hpcbench.models.step import make_optimizer, prepare_model, step_settings
 from hpcbench.parallel.modes import parallelize
 from hpcbench.scale.regime import (Calibration, busy_share, calibrate_on_ranks, judged_rate_bps, regime_facts,
                                    write_calibration)
@@ -125,16 +126,18 @@ def _sweep(cfg: BatchScalingConfig, topo: Topology, rank, writer: RecordWriter, 
     from hpcbench.dist.worker import progress
 
     cuda, device, sync, lead = rank.backend == "nccl", rank.device, rank.sync, rank.lead
+    settings = step_settings(cfg.step_recipe(), device.type, spec.kind)
     baseline_times: list[float] = []
     for regime in cfg.regimes:
         for factor in sorted(cfg.factors):  # ascending: RSS never shrinks, so each value bounds its own need
             micro, accum = cfg.plan(regime, factor)
             labels = {"model": cfg.model, "regime": regime, "factor": factor, "micro_batch": micro,
                       "accumulation": accum, "batch_per_step": micro * accum, "device": device.type,
-                      "mode": cfg.mode}
-            model = parallelize(copy.deepcopy(base), cfg.mode, topo, bucket_cap_mb=cfg.bucket_cap_mb,
-                                device=device)
-            opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+                      "mode": cfg.mode, "precision": settings.dtype, "compiled": settings.compile}
+            # the step's precision, layout and compilation around the data parallelism (models.step)
+            model = prepare_model(copy.deepcopy(base), settings, wrap=lambda m: parallelize(
+                m, cfg.mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device))
+            opt = make_optimizer(model.parameters(), settings)
             x, y = spec.synthetic_batch(micro, device=device, seed=cfg.seed * 100003 + topo.rank,
                                         image_size=cfg.image_size, seq_len=cfg.seq_len)
             times = []
@@ -152,6 +155,8 @@ def _sweep(cfg: BatchScalingConfig, topo: Topology, rank, writer: RecordWriter, 
                     opt.step()
                     opt.zero_grad(set_to_none=True)
                     sync()
+                    if i == 0:
+                        first = time.perf_counter() - t0  # a compiled model compiles here
                     if i >= cfg.warmup_steps:
                         times.append(time.perf_counter() - t0)
             mem = torch.tensor([float(torch.cuda.max_memory_allocated(device)) if cuda else float(rss.peak)],
@@ -173,6 +178,9 @@ def _sweep(cfg: BatchScalingConfig, topo: Topology, rank, writer: RecordWriter, 
             how = ("torch.cuda.max_memory_allocated" if cuda else
                    "peak resident set size of the rank process during the steps (an upper bound)")
             writer.add("memory_per_rank", float(mem[0]) / (1 << 20), "MiB", labels=labels, text=how)
+            if settings.compile:
+                writer.add("first_step_time", first, "s", labels=labels,
+                           text="rank 0's first warm-up step, torch.compile's compilation included (never timed)")
     return baseline_times
 
 
@@ -188,20 +196,19 @@ class BaselineTwin:
     def __init__(self, cfg: BatchScalingConfig, topo: Topology, base, device) -> None:
         import copy
 
-        import torch
-
         from hpcbench.parallel.overlap import accumulation_step
 
         spec = MODELS.get(cfg.model)
+        settings = step_settings(cfg.step_recipe(), device.type, spec.kind)  # the judged step's own
         micro, _ = cfg.plan(*BASELINE)
         batch = spec.synthetic_batch(micro, device=device, seed=cfg.seed * 100003 + topo.rank,
                                      image_size=cfg.image_size, seq_len=cfg.seq_len)
         self.device = device
         self.runs = {}
         for comm in ("mode", "noop"):
-            model = parallelize(copy.deepcopy(base), cfg.mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device,
-                                comm=comm)
-            opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+            model = prepare_model(copy.deepcopy(base), settings, wrap=lambda m, comm=comm: parallelize(
+                m, cfg.mode, topo, bucket_cap_mb=cfg.bucket_cap_mb, device=device, comm=comm))
+            opt = make_optimizer(model.parameters(), settings)
             self.runs[comm] = lambda m=model, o=opt: accumulation_step(m, [batch], spec.loss, o)
 
     def busy(self, steps: int, sync) -> float:

@@ -17,6 +17,9 @@ from hpcbench.experiments.batch_scaling.summary import step_cost_model
     ({"mode": "hierarchical", "nodes": 1, "ranks_per_node": 2}, "mode"),
     ({"regimes": ["bigger"]}, "regimes"),
     ({"base_batch": 0}, "base_batch"),
+    ({"precision": "fp16"}, "precision"),
+    ({"channels_last": "yes"}, "channels_last"),
+    ({"torch_compile": True, "warmup_steps": 0}, "warmup_steps"),  # the compiling step would be timed
 ])
 def test_bad_config_names_the_field(values, field):
     with pytest.raises(ConfigError) as exc:
