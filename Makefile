@@ -69,6 +69,7 @@ bench: setup
 	$(PY) -m hpcbench.bench.hdf5_reads
 	$(PY) -m hpcbench.bench.shard_reads
 	$(PY) -m hpcbench.bench.sampler_overhead
+	$(PY) -m hpcbench.bench.train_step
 
 # Root, slurm-wlm and munge: these bring up the emulated cluster and take it down again.
 bench-cluster: setup

@@ -8,7 +8,7 @@ import torch
 
 from hpcbench.core.errors import ConfigError
 from hpcbench.models import MODELS
-from hpcbench.models.step import (StepRecipe, autocast, largest_micro_batch, make_optimizer, optimizer_options,
+from hpcbench.models.step import (StepRecipe, StepSettings, autocast, largest_micro_batch, make_optimizer, optimizer_options,
                                   prepare_inputs, prepare_model, step_settings, timed_first_step)
 
 
@@ -159,3 +159,14 @@ def test_compiled_ddp_model_gives_the_eager_losses_with_accumulation(tmp_path):
         assert losses[False][-1] < losses[False][0]
     finally:
         dist.destroy_process_group()
+
+
+def test_the_step_benchmarks_arms_differ_from_the_recipe_only_in_what_they_name():
+    from hpcbench.bench.train_step import arm_settings
+
+    tuned = step_settings(StepRecipe(), "cuda", "image")
+    assert arm_settings("tuned", "cuda", "image") == tuned
+    plain = arm_settings("plain", "cuda", "image")
+    assert (plain.dtype, plain.channels_last, plain.optimizer_options, plain.compile) == (
+        "float32", False, (("foreach", False),), False)
+    assert arm_settings("compiled", "cuda", "image") == StepSettings(**{**tuned.__dict__, "compile": True})
