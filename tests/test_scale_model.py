@@ -40,6 +40,21 @@ def test_fit_recovers_alpha_and_beta_and_its_errors_shrink_with_n(relative):
     assert abs(large.beta_s_per_byte - beta) / beta < 0.02
 
 
+def test_a_fit_never_gives_a_negative_latency_or_cost_per_byte():
+    # Small messages below a link's burst: the plain least squares' intercept is negative (-3.4 us). The fit
+    # holds it at 0 and keeps a line through the origin, the best fit with both coefficients >= 0.
+    sizes = np.array([1e3, 1e4, 1e5, 1e6])
+    times = np.array([0.5e-6, 5e-6, 95e-6, 995e-6])
+    plain = np.polyfit(sizes, times, 1)
+    assert plain[1] < 0  # what it would have been
+    fit = fit_alpha_beta(sizes, times)
+    assert fit.alpha_s == 0.0 and fit.beta_s_per_byte == pytest.approx(np.sum(sizes * times) / np.sum(sizes**2))
+    # times that fall with size: no cost per byte, the latency is their mean
+    falling = fit_alpha_beta(sizes, np.array([4e-6, 3e-6, 2e-6, 1e-6]))
+    assert falling.beta_s_per_byte == 0.0 and falling.alpha_s == pytest.approx(2.5e-6)
+    assert falling.time(1e9) == pytest.approx(2.5e-6)  # never negative however large the message
+
+
 def test_fit_divides_the_intercept_by_the_steps_and_uses_algorithm_bytes():
     n, alpha, beta = 4, 20e-6, 1e-9
     sizes = np.array(SIZES, dtype=float)

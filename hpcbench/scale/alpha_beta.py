@@ -65,6 +65,16 @@ class LinkFit:
         return self.alpha_s * (self.steps if steps is None else steps) + self.beta_s_per_byte * nbytes
 
 
+def _non_negative(x: np.ndarray, t: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``(a, beta)`` minimising ``sum w (t - a - beta x)^2`` over ``a, beta >= 0`` when the unconstrained
+    minimum lies outside: the minimum of a convex quadratic over the quadrant then lies on one of its edges,
+    ``a = 0`` (a line through the origin) or ``beta = 0`` (a constant)."""
+    through_origin = np.array([0.0, max(float(np.sum(w * x * t) / np.sum(w * x * x)), 0.0)])
+    constant = np.array([max(float(np.sum(w * t) / np.sum(w)), 0.0), 0.0])
+    X = np.column_stack([np.ones_like(x), x])
+    return min((through_origin, constant), key=lambda c: float(np.sum(w * (t - X @ c) ** 2)))
+
+
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float], *,
                    algorithm_bytes: Callable[[float], float] = float, steps: int = 1,
                    relative: bool = False, level: str = "", op: str = "", group_ranks: int = 0) -> LinkFit:
@@ -82,7 +92,11 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float], *,
 
     Returns:
         :class:`LinkFit`; errors are ``sqrt(diag(s^2 (X^T W X)^-1))`` with ``s^2`` the
-        (weighted) residual variance on ``n - 2`` degrees of freedom.
+        (weighted) residual variance on ``n - 2`` degrees of freedom. Neither coefficient is
+        negative: where the plain least squares gives a negative one (noise on small messages
+        below a link's burst), the fit is the least squares over ``a, beta >= 0``, which then
+        holds that coefficient at 0. A negative latency would make the smallest buckets' predicted
+        communication negative, and with it the share of communication hidden behind compute.
 
     Raises:
         ConfigError: fewer than 3 distinct sizes (``sizes_bytes``), lengths differ (``times_s``),
@@ -107,6 +121,8 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float], *,
     XtW = X.T * w
     cov_unscaled = np.linalg.inv(XtW @ X)
     coef = cov_unscaled @ (XtW @ times)
+    if coef.min() < 0:
+        coef = _non_negative(x, times, w)
     resid = times - X @ coef
     dof = len(times) - 2
     s2 = float(np.sum(w * resid**2) / dof)
