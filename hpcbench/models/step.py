@@ -17,8 +17,9 @@ five settings and one choice:
 
 CPU ranks keep working as before: ``precision="auto"`` means fp32 there and ``channels_last="auto"`` only
 applies on CUDA. Which settings a device gets is a pure function (:func:`step_settings`), and so is the
-batch search; :func:`prepare_model`, :func:`prepare_inputs`, :func:`autocast` and :func:`make_optimizer`
-are the thin torch adapters an experiment's own loop calls.
+batch search. An experiment's own loop calls two thin torch adapters, :func:`prepare_model` (which puts the
+layout and the precision inside the model's forward, so the loop itself changes nothing) and
+:func:`make_optimizer`.
 """
 
 from __future__ import annotations
