@@ -30,6 +30,8 @@ from hpcbench.scale.predict import predict_step
 
 #: The claims the scale model predicts at the guide's scale besides its own C1, each by its ruling experiment.
 PREDICT = {"C2": predict_c2, "C3": predict_c3, "C7": predict_c7, "C8": predict_c8, "C9": predict_c9}
+#: The keyword arguments each claim's SPEC passes its predictor: C3 reads the guide's platform line literally.
+SPEC_KWARGS = {"C3": {"nics_per_node": 1}}
 CLAIMS = tuple(PREDICT)
 #: The experiment whose launches measure the predictions' inputs.
 MEASURES_INPUTS = "scale_model"
@@ -63,12 +65,13 @@ def test_the_ledger_gives_an_owners_predictor_the_scale_models_evidence():
                             "labels": "{}", "text": None, "node": "n", "step": 0})
     for claim_id, predict in PREDICT.items():
         row = evaluate_claim(claim_id, records, summaries=summaries)
-        expected = predict(measured=MeasuredInputs(link_efficiency=0.6, launches=3))
+        kwargs = SPEC_KWARGS.get(claim_id, {})
+        expected = predict(measured=MeasuredInputs(link_efficiency=0.6, launches=3), **kwargs)
         assert row.model_prediction == expected.describe() and row.model_headline == expected.headline
         assert "link efficiency: 0.6 (measured, median of 3 launch(es))" in row.model_prediction
         # The owner's own records carry no inputs: without the scale model's launches, platform data alone.
         bare = evaluate_claim(claim_id, records.assign(experiment=row.experiment))
-        assert bare.model_prediction == predict().describe()
+        assert bare.model_prediction == predict(**kwargs).describe()
 
 
 @pytest.mark.parametrize("claim_id", CLAIMS)

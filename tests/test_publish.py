@@ -160,13 +160,13 @@ def test_two_reports_listed_newest_first_with_their_counts(reports, tmp_path):
     pair, alpha = rows
     assert pair["title"] == "alpha &amp; beta &lt;compared&gt;"
     assert (pair["suite"], pair["hosts"]) == ("smoke, nightly", "alpha-login, beta-login")
-    assert pair["counts"] == {"reproduced": "1", "not reproduced": "1", "inconclusive": "1",
-                              "not measured yet": "1"}
+    assert pair["counts"] == {"reproduced": "1", "not reproduced": "1", "implausible as stated": "0",
+                              "not testable here": "0", "inconclusive": "1", "not measured yet": "1"}
     assert f"1 claim(s) {DIFFERS}" in html
     assert alpha["title"] == "hpcbench report: alpha" and alpha["published"] == "2025-03-01 10:00:00 UTC"
     assert (alpha["suite"], alpha["hosts"]) == ("smoke", "alpha-login")
-    assert alpha["counts"] == {"reproduced": "2", "not reproduced": "1", "inconclusive": "1",
-                               "not measured yet": "1"}
+    assert alpha["counts"] == {"reproduced": "2", "not reproduced": "1", "implausible as stated": "0",
+                               "not testable here": "0", "inconclusive": "1", "not measured yet": "1"}
     assert alpha["links"] == ["alpha-2025-03-01/index.html"]
     assert "<script" not in html.lower() and "<link" not in html
 
@@ -319,8 +319,8 @@ def test_index_escapes_every_text(tmp_path):
     assert row["title"] == "&lt;script&gt;alert(1)&lt;/script&gt;"
     assert row["suite"] == "&lt;b&gt;suite&lt;/b&gt;"
     assert row["hosts"] == "&lt;img src=x onerror=alert(1)&gt;"
-    assert row["counts"] == {"reproduced": "1", "not reproduced": "0", "inconclusive": "0",
-                             "not measured yet": "0"}
+    assert row["counts"] == {"reproduced": "1", "not reproduced": "0", "implausible as stated": "0",
+                             "not testable here": "0", "inconclusive": "0", "not measured yet": "0"}
 
 
 # -- linked files ------------------------------------------------------------------

@@ -4,13 +4,16 @@ The coverage tests at the end measure, by simulation with a known truth, how oft
 interval holds it (Hoefler & Belli, SC15: state the interval's coverage, do not assume it).
 """
 
+import functools
 import math
 
 import numpy as np
 import pytest
 
-from hpcbench.judge.verdict import (MIN_LAUNCHES, MIN_STEPS, Interval, Reference, clopper_pearson, combine,
-                                    gain_reference, holm, judge, judge_family, paired_comparison, paired_ratio, ratio_pvalues, single_value)
+from hpcbench.judge.verdict import (ESTIMATORS, MEAN_TIME, MEDIAN, MIN_LAUNCHES, MIN_STEPS, WORK_OVER_TIME_RATES,
+                                    Interval, Reference, clopper_pearson, combine, gain_reference, holm, judge,
+                                    judge_family, launch_estimator, paired_comparison, paired_ratio, ratio_pvalues,
+                                    single_value)
 
 
 def launches(center, n=6, steps=12, spread=0.02, seed=0):
@@ -266,3 +269,185 @@ def test_launch_median_is_numpys():
     for size in range(1, 40):
         values = rng.lognormal(size=size)
         assert _median(values) == float(np.median(values)), size
+
+
+# -- throughput with stalled steps --------------------------------------------------------------
+#
+# The guide's figures are throughputs: work over wall time, stalls included. Here the numerator arm's
+# steps stall: each step, independently with probability `share`, takes 3-10x (uniform) its time, on top
+# of the "launch and step noise" setting's launch effects and step noise. Samples are per-step RATES (the
+# same work per step / the step's time), as a samples/s series records them.
+#
+# Two truths, both stated exactly:
+#   long-run: true total work / true expected total time, arm over arm = TRUE_RATIO / E[stall factor]
+#       (launch effects and step noise have the same law in both arms, so they cancel);
+#   window:   exp(E[log(window throughput ratio)]) over a window of `steps` timed steps: what the geometric
+#       mean over launches of per-launch total work / total time estimates, and what its t interval is
+#       built around. A few steps see a random number of stalls, and E[log] of a ratio of window means
+#       is not the log of the ratio of expectations (Jensen): the window truth lies above the long-run one,
+#       by less the more steps a launch times (1.075 vs 0.968 at 5 steps with 10 % stalls, 1.028 at 10).
+
+STALL_SHARES = (0.10, 0.20)
+STALL_FACTORS = (3.0, 10.0)
+STALL_NOISE = SETTINGS["launch and step noise"]
+STALL_DATASETS = 10_000
+
+
+def _stall(rng, share, shape):
+    return np.where(rng.random(shape) < share, rng.uniform(*STALL_FACTORS, size=shape), 1.0)
+
+
+def stalled_rates(rng, n, steps, share, s=STALL_NOISE, ratio=TRUE_RATIO, launch_effects=True, work=1.0):
+    """(numerator rates, denominator rates), ``n`` launches x ``steps`` steps: work / step time; numerator stalls."""
+    shared = np.exp(s["shared"] * rng.standard_normal((n, 1))) if launch_effects else 1.0
+    arm = (lambda: np.exp(s["arm"] * rng.standard_normal((n, 1)))) if launch_effects else (lambda: 1.0)
+    time_num = shared * arm() * np.exp(s["step"] * rng.standard_normal((n, steps))) / ratio
+    time_num = time_num * _stall(rng, share, (n, steps))
+    time_den = shared * arm() * np.exp(s["step"] * rng.standard_normal((n, steps)))
+    return work / time_num, work / time_den
+
+
+def long_run_throughput_ratio(share, ratio=TRUE_RATIO):
+    """True total work / true expected total time, numerator over denominator: analytic."""
+    return ratio / (1.0 + share * (sum(STALL_FACTORS) / 2 - 1.0))
+
+
+@functools.lru_cache(maxsize=None)
+def window_throughput_ratio(share, steps, windows=400_000):
+    """exp(E[log(work / time of numerator window / that of the denominator's)]) from 400,000 windows.
+
+    Launch effects are left out: the shared one cancels in every ratio and the arms' own have log-mean 0.
+    The standard error of the log is 0.0005-0.0008, under a hundredth of the narrowest interval's half-width.
+    """
+    rng = np.random.default_rng([2024, steps, int(share * 100)])
+    num, den = stalled_rates(rng, windows, steps, share, launch_effects=False)
+    logs = np.log(steps / np.sum(1.0 / num, axis=1)) - np.log(steps / np.sum(1.0 / den, axis=1))
+    return float(np.exp(logs.mean()))
+
+
+def _stall_coverage(share, n, steps, estimator, truths, seed, datasets=STALL_DATASETS):
+    rng = np.random.default_rng([n, steps, int(share * 100), seed])
+    hits = np.zeros(len(truths))
+    for _ in range(datasets):
+        iv = paired_ratio(*stalled_rates(rng, n, steps, share), estimator=estimator)
+        hits += [iv.low <= truth <= iv.high for truth in truths]
+    return hits / datasets
+
+
+#: The one cell whose throughput interval falls clearly short, measured on 400,000 replicas of the same
+#: simulation (vectorised, outside these functions; 0.902 on this test's 10,000): 5 launches x 5 steps with
+#: 10 % stalls covers the window truth 0.898 of the time (the long-run one 0.865). 0.9 ** 25 = 7.2 % of such
+#: suites time no stall at all: their interval is narrow around the stall-free ratio, and no interval that is
+#: narrow on stall-free data can hold a truth the data never showed, so about 0.93 is the ceiling there for
+#: any method. A throughput claim with rare stalls needs more than 5 x 5 timed steps.
+SHORT_OF_STALLS = {(0.10, 5, 5): 0.898}
+
+
+def _stall_cells():
+    for share in STALL_SHARES:
+        for n in (5, 10):
+            for steps in STEP_COUNTS:
+                known = SHORT_OF_STALLS.get((share, n, steps))
+                marks = [pytest.mark.xfail(strict=True, reason=f"known: covers {known} ({n} launches x {steps} "
+                                                                   f"steps, {share:.0%} stalls)")] if known else []
+                yield pytest.param(share, n, steps, marks=marks, id=f"{share:.0%}-stalls-{n}x{steps}")
+
+
+@pytest.mark.parametrize("share, n, steps", list(_stall_cells()))
+def test_work_over_time_interval_covers_the_throughput_ratio_with_stalls(share, n, steps):
+    """Per-step rates with stalled steps in one arm: the work-over-time interval holds the window truth.
+
+    The truth is the window throughput ratio, exp(E[log ratio]) over a window of ``steps`` timed steps
+    (:func:`window_throughput_ratio`): what the geometric mean of per-launch total work / total time targets.
+    The interval is a t over launches whose per-launch log ratios are a mixture (0, 1, 2... stalls in the
+    window), skewed, so it covers a little less than a normal-noise one. Measured on 400,000 replicas (n
+    launches x steps), the coverage of the window truth is 0.946-0.947 at 20 % stalls except 5 x 5 (0.930), and
+    at 10 % stalls 0.945 at 10 x 10, 0.934 at 5 x 10, 0.932 at 10 x 5 and 0.898 at 5 x 5 (:data:`SHORT_OF_STALLS`,
+    expected to fail). The long-run ratio (total work / expected total time) is covered 0.85-0.945: less the
+    fewer the steps, and less with more launches, whose interval narrows around the window truth. Three cells
+    sit on the 0.93 bound, so a point estimate on any number of datasets passes or fails with the seed: the
+    assertion allows the estimate's own Monte-Carlo error, two standard errors (0.0044 at 10,000 datasets), on
+    each side of [0.93, 0.97]. At this seed every cell but 5 x 5 at 10 % is >= 0.930 without it.
+    """
+    window = window_throughput_ratio(share, steps)
+    coverage = _stall_coverage(share, n, steps, WORK_OVER_TIME_RATES, (window,), seed=1984)[0]
+    slack = 2 * math.sqrt(0.95 * 0.05 / STALL_DATASETS)
+    assert 0.93 - slack <= coverage <= 0.97 + slack, (
+        f"{share:.0%} stalls, n = {n} x {steps} steps: the 95 % work-over-time interval covered the window "
+        f"throughput ratio {window:.3f} {coverage:.3f} of the time")
+
+
+@pytest.mark.parametrize("steps", STEP_COUNTS)
+@pytest.mark.parametrize("n", [5, 10])
+@pytest.mark.parametrize("share", STALL_SHARES)
+def test_median_interval_misses_the_throughput_ratio_with_stalls(share, n, steps):
+    """Why throughput needs work over time: the median's interval rarely holds the throughput ratio.
+
+    The median of a launch's rates skips its stalled steps, so its interval sits around the stall-free ratio
+    (1.5 here), far above what the arm delivers over wall time: long-run 0.97 (10 % stalls) or 0.71 (20 %).
+    Measured (1,000 datasets a cell): 0.002-0.26 of the time for the long-run ratio and 0.003-0.26 for the
+    window one, the most at 20 % stalls on 5 x 5 steps, where the median of 5 steps often lands on a stalled one.
+    """
+    truths = (long_run_throughput_ratio(share), window_throughput_ratio(share, steps))
+    coverage = _stall_coverage(share, n, steps, MEDIAN, truths, seed=1990, datasets=1000)
+    assert max(coverage) <= 0.5, (f"{share:.0%} stalls, n = {n} x {steps}: the median interval covered the "
+                                  f"throughput ratio {coverage.round(3)}")
+
+
+def test_window_truth_nears_the_long_run_one_as_windows_grow():
+    """The Jensen gap of the window truth shrinks with the window: 5, 10 and 40 steps, 20 % stalls."""
+    long_run = long_run_throughput_ratio(0.20)
+    gaps = [math.log(window_throughput_ratio(0.20, steps, windows=100_000) / long_run) for steps in (5, 10, 40)]
+    assert gaps[0] > gaps[1] > gaps[2] > 0 and gaps[2] < 0.25 * gaps[0], gaps
+
+
+# -- per-launch estimators ------------------------------------------------------------------------
+
+
+def test_work_over_time_is_total_work_over_total_time():
+    """Four steps of 32 samples: 0.1, 0.1, 0.4 (a stall) and 0.2 s -> 128 samples in 0.8 s = 160 samples/s."""
+    work, times = 32.0, np.array([0.1, 0.1, 0.4, 0.2])
+    rates = work / times  # 320, 320, 80, 160 samples/s per step
+    assert ESTIMATORS[WORK_OVER_TIME_RATES](rates) == pytest.approx(4 * work / times.sum()) == pytest.approx(160.0)
+    assert ESTIMATORS[MEDIAN](rates) == pytest.approx(240.0)  # the median hides the stall
+    # Two launches: the comparison's value is the geometric mean of per-launch work / time ratios.
+    other = [list(rates), [100.0] * 4]
+    iv = paired_ratio(other, [[80.0] * 4, [100.0] * 4], estimator=WORK_OVER_TIME_RATES)
+    assert iv.estimate == pytest.approx(math.sqrt(160.0 / 80.0 * 1.0))
+
+
+def test_mean_time_is_time_per_unit_of_work_and_the_reciprocal_of_work_over_time():
+    times = np.array([0.1, 0.1, 0.4, 0.2])
+    assert ESTIMATORS[MEAN_TIME](times) == pytest.approx(0.2)
+    # The same launches as times and as rates: the time ratio is the reciprocal of the throughput ratio, bound
+    # for bound, so the work-over-time coverage above holds for step-time series too.
+    rng = np.random.default_rng(5)
+    num, den = stalled_rates(rng, 6, 10, 0.2)
+    by_rate = paired_ratio(num, den, estimator=WORK_OVER_TIME_RATES)
+    by_time = paired_ratio(1.0 / num, 1.0 / den, estimator=MEAN_TIME)
+    assert (by_time.estimate, by_time.low, by_time.high) == pytest.approx(
+        (1 / by_rate.estimate, 1 / by_rate.high, 1 / by_rate.low))
+
+
+def test_median_stays_the_default():
+    num, den = launches(150.0, seed=1), launches(100.0, seed=2)
+    assert paired_ratio(num, den) == paired_ratio(num, den, estimator=MEDIAN)
+    assert paired_comparison(num, den) == paired_comparison(num, den, estimator="median")
+    ref = Reference(1.2, lower=1.2)
+    assert ratio_pvalues(num, den, ref) == ratio_pvalues(num, den, ref, estimator=MEDIAN)
+    assert ratio_pvalues(num, den, ref, estimator=WORK_OVER_TIME_RATES) == paired_comparison(
+        num, den, estimator=WORK_OVER_TIME_RATES).pvalues(ref)
+
+
+def test_a_launch_with_a_non_positive_rate_has_no_work_over_time_ratio():
+    iv = paired_ratio([[2.0, 2.0], [2.0, 0.0], [2.0, 2.0]], [[1.0, 1.0]] * 3, estimator=WORK_OVER_TIME_RATES)
+    assert iv.launches == 2 and iv.estimate == pytest.approx(2.0)
+
+
+def test_unknown_estimator_is_an_error_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="mean_rate.*'median', 'work_over_time', 'mean_time'"):
+        paired_comparison([[1.0]], [[1.0]], estimator="mean_rate")
+    with pytest.raises(ValueError, match="valid"):
+        paired_ratio([], [], estimator="harmonic")
+    with pytest.raises(ValueError, match="valid"):
+        launch_estimator("p50")

@@ -31,7 +31,11 @@ import pandas as pd
 from hpcbench.guide.claims import ANECDOTE, FIGURE, TECHNIQUE, Claim
 from hpcbench.judge.verdict import Outcome
 
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "context", "not measured yet")
+IMPLAUSIBLE = "implausible as stated"
+NOT_TESTABLE = "not testable here"
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", IMPLAUSIBLE, NOT_TESTABLE, "context", "not measured yet")
+#: Which of the two decided a verdict (:attr:`Judgement.decided_by`; :mod:`hpcbench.judge.feasibility`).
+ARITHMETIC, MEASUREMENT = "arithmetic", "measurement"
 NOT_MEASURED = "not measured yet"
 CONTEXT = "context"
 NO_VALUE = "—"  # what "measured" shows when nothing was measured
@@ -63,6 +67,12 @@ class Judgement:
     """The comparisons behind the verdict, each with its interval and reference band (drawn in the report)."""
     labels: tuple[str, ...] = ()
     """One short name per outcome (e.g. ``"hdf5 / files"``)."""
+    decided_by: str = MEASUREMENT
+    """:data:`ARITHMETIC` when the guide's consistency or the platform's reach decided, else :data:`MEASUREMENT`."""
+    reason: str = ""
+    """Why, in at most 8 words, for a verdict other than reproduced / not reproduced (the summary row)."""
+    consistency: str = ""
+    """The guide's statements checked against each other and the scale model (:mod:`hpcbench.judge.feasibility`)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,12 @@ class LedgerRow:
     """For a figure measured in a regime: the guide's regime and the one the launches reached; else ``""``."""
     regime_brief: str = ""
     """:attr:`regime` in a few words for the summary row (e.g. ``61 % busy, 4/5 in regime``); else ``""``."""
+    decided_by: str = MEASUREMENT
+    """Which of arithmetic or measurement decided the verdict (:attr:`Judgement.decided_by`)."""
+    reason: str = ""
+    """:attr:`Judgement.reason`: why, in at most 8 words."""
+    consistency: str = ""
+    """:attr:`Judgement.consistency`: the guide's statements checked against each other and the model."""
 
     def __post_init__(self) -> None:
         # An invariant of this module, not a user error: rules must use VERDICTS.
@@ -119,6 +135,8 @@ class LedgerRow:
                 "experiment": self.experiment, "verdict": self.verdict, "verdict_text": self.verdict_text,
                 "title": self.title, "headline": self.headline, "regime": self.regime or None,
                 "regime_brief": self.regime_brief or None, "measured": self.measured,
+                "decided_by": self.decided_by, "reason": self.reason or None,
+                "consistency": self.consistency or None,
                 "predicted": self.model_headline or None, "prediction": self.predicted,
                 "comparisons": [_outcome_record(label, o) for label, o in
                                 zip(self.labels or [""] * len(self.outcomes), self.outcomes)],
@@ -161,7 +179,8 @@ def combined_prediction(model_prediction: str, guide_arithmetic: str) -> str:
 
 
 #: How an outcome that does not count says why (:mod:`hpcbench.judge.rulekit`): not applicable, context, regime.
-NOT_COUNTED_PREFIXES = ("not applicable", "context:", "inconclusive: regime")
+NOT_COUNTED_PREFIXES = ("not applicable", "context:", "inconclusive: regime", "inconclusive: no gate ran",
+                        NOT_TESTABLE)
 
 
 def _number(value: float | None) -> float | None:
@@ -188,7 +207,8 @@ def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_pre
                      verdict=judgement.verdict, detail=judgement.detail, experiment=experiment,
                      outcomes=judgement.outcomes, labels=judgement.labels, model_prediction=model_prediction,
                      model_headline=model_headline, guide_arithmetic=claim.predicted, kind=claim.kind,
-                     title=claim.title, headline=claim.headline, regime=regime, regime_brief=regime_brief)
+                     title=claim.title, headline=claim.headline, regime=regime, regime_brief=regime_brief,
+                     decided_by=judgement.decided_by, reason=judgement.reason, consistency=judgement.consistency)
 
 
 # -- launches, summaries, facts ---------------------------------------------------------

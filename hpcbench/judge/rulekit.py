@@ -30,9 +30,11 @@ import pandas as pd
 
 from hpcbench.core.facts import EMULATED_CLUSTER
 from hpcbench.core.results import json_object
-from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, paired_samples, select
-from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, judge, judge_family,
-                                    paired_comparison, single_value)
+from hpcbench.judge.evidence import (ARITHMETIC, MEASUREMENT, NO_VALUE, NOT_TESTABLE, Evidence, Judgement,
+                                     paired_samples, select)
+from hpcbench.judge.feasibility import Reach, not_testable, read_parts
+from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, MEDIAN, Outcome, Reference, combine, judge,
+                                    judge_family, paired_comparison, single_value)
 
 #: Facts that make two launches incomparable when they differ.
 GROUP_FACTS = ("cluster", "link_rate_bps", "link_delay_s", "infiniband", "gpus", "backend", "storage.filesystem")
@@ -52,6 +54,13 @@ class Comparison:
     """Set (from recorded facts, before any value is read) when this comparison cannot test the claim."""
     column: str = "samples"
     """The summary column holding each launch's per-step values."""
+    estimator: str = MEDIAN
+    """Each launch's value from its steps (:data:`~hpcbench.judge.verdict.ESTIMATORS`): ``median`` for a claim
+    about a typical step; ``work_over_time`` (per-step rates) or ``mean_time`` (per-step times) for a throughput
+    claim, which counts stalled steps (work over wall time)."""
+    reach: Reach | None = None
+    """What this group's platform can show (:class:`~hpcbench.judge.feasibility.Reach`), computed from recorded
+    facts before any value is read; a band above it makes the comparison "not testable here"."""
 
 
 def _fact_text(value: Any) -> str:
@@ -143,12 +152,18 @@ def judge_comparisons(evidence: Evidence, comparisons: Comparisons, *,
         return Judgement(INCONCLUSIVE, NO_VALUE,
                          f"{what} No launch measured both series of any comparison, so nothing to judge."
                          + evidence.excluded_note())
-    boots = [paired_comparison(n, d) for _, _, n, d, _ in family]  # one t test per comparison
-    judged = judge_family([b.interval for b in boots],
-                          [b.pvalues(c.reference) for b, (_, c, *_) in zip(boots, family)],
-                          [c.reference for _, c, *_ in family])
+    boots = [paired_comparison(n, d, estimator=c.estimator) for _, c, n, d, _ in family]  # one t test per comparison
+    # A comparison whose band lies beyond its reach is known untestable before any value is read: it is no
+    # member of the family the multiplicity correction protects, so it cannot make the others stricter.
+    tested = [i for i, (_, c, *_) in enumerate(family) if c.reach is None or not c.reach.blocks(c.reference)]
+    in_family = judge_family([boots[i].interval for i in tested],
+                             [boots[i].pvalues(family[i][1].reference) for i in tested],
+                             [family[i][1].reference for i in tested]) if tested else []
+    judged = [judge(b.interval, c.reference) for b, (_, c, *_) in zip(boots, family)]
+    for i, outcome in zip(tested, in_family):
+        judged[i] = outcome
     members = [(group_text, comp.label, why_not) for group_text, comp, _, _, why_not in family]
-    return _assemble(evidence, members, judged, what)
+    return _assemble(evidence, members, judged, what, reaches=[comp.reach for _, comp, *_ in family])
 
 
 def _without_session(group_text: str) -> str:
@@ -193,16 +208,27 @@ def session_disagreement(members: Sequence[tuple[str, str]], outcomes: Sequence[
 
 
 def _assemble(evidence: Evidence, members: list[tuple[str, str, str | None]], judged: list[Outcome],
-              what: str) -> Judgement:
-    """The claim's verdict from its members' outcomes; members that do not apply are shown, never counted."""
+              what: str, reaches: Sequence[Reach | None] = ()) -> Judgement:
+    """The claim's verdict from its members' outcomes; members that do not apply are shown, never counted.
+
+    A member whose band lies beyond its :class:`~hpcbench.judge.feasibility.Reach` is "not testable here":
+    shown with its interval beside the cap, never counted as reproduced or not. The parts are all required
+    (:func:`~hpcbench.judge.feasibility.read_parts`): one measured outside its band fails the claim, else one
+    this platform cannot show leaves it not testable.
+    """
     outcomes: list[Outcome] = []
     labels: list[str] = []
     parts: list[str] = []
     reasons: list[str] = []
     applicable: list[Outcome] = []
+    untestable: list[Reach] = []
     several_groups = len({g for g, _, _ in members}) > 1
-    for (group_text, label, why_not), outcome in zip(members, judged):
-        if why_not:
+    reaches = list(reaches) or [None] * len(members)
+    for (group_text, label, why_not), outcome, reach in zip(members, judged, reaches):
+        if not why_not and reach is not None and reach.blocks(outcome.reference):
+            outcome = not_testable(outcome, reach)
+            untestable.append(reach)
+        elif why_not:
             # A reason that already says what it is ("context: ...", "inconclusive: regime ...") is shown as it is.
             shown = why_not if why_not.startswith(SELF_DESCRIBING) else f"not applicable: {why_not}"
             outcome = Outcome(INCONCLUSIVE, outcome.interval, outcome.reference, shown)
@@ -213,16 +239,24 @@ def _assemble(evidence: Evidence, members: list[tuple[str, str, str | None]], ju
         labels.append(f"{label} ({group_text})" if several_groups else label)
         parts.append(f"{labels[-1]}: {outcome.describe()}")
     verdict = combine(applicable) if applicable else INCONCLUSIVE
-    disagree, sessions_note = session_disagreement([(g, l) for g, l, why_not in members if not why_not], applicable)
+    tested = [(g, l) for (g, l, why_not), o in zip(members, outcomes) if not why_not and o.verdict != NOT_TESTABLE]
+    disagree, sessions_note = session_disagreement(tested, applicable)
     if disagree:
         verdict = INCONCLUSIVE
+    decided_by, reason = MEASUREMENT, ""
+    if untestable:
+        verdict = read_parts([verdict, NOT_TESTABLE])
+        if verdict == NOT_TESTABLE:
+            decided_by = ARITHMETIC
+            reason = f"this platform caps it at {min(r.cap for r in untestable):.2f}x"
     detail = what
     if reasons:
         detail += f" Not applicable in {len(reasons)} of {len(members)} comparison(s): {sorted(set(reasons))[0]}."
     if len(members) > 1:
         detail += f" {len(members)} comparisons, corrected for multiplicity."
     detail += sessions_note + evidence.excluded_note()
-    return Judgement(verdict, "; ".join(parts), detail, tuple(outcomes), tuple(labels))
+    return Judgement(verdict, "; ".join(parts), detail, tuple(outcomes), tuple(labels), decided_by=decided_by,
+                     reason=reason)
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,40 @@ How a claim is judged (Hoefler & Belli, "Scientific benchmarking of parallel com
 systems", SC15, rules 5-9; ReFrame's ``reference = (value, lower, upper)``):
 
 * The unit of replication is an independent **launch** (one task of one suite
-  repetition). A launch contributes the median of its steps after warm-up; pooling the
-  steps of all launches as if independent would hide launch-to-launch variation, which is
-  usually the larger one.
+  repetition). A launch contributes one value from its steps after warm-up (its
+  *estimator*, below); pooling the steps of all launches as if independent would hide
+  launch-to-launch variation, which is usually the larger one.
 * The measured value of a comparison is the geometric mean over launches of the
-  per-launch ratio of medians (paired: both series measured in the same launch, or in
+  per-launch ratio of those values (paired: both series measured in the same launch, or in
   launches matched by run and repetition). Its 95 % interval is a Student-t interval on
-  the per-launch log ratios (df = launches - 1). Each launch's median already carries its
+  the per-launch log ratios (df = launches - 1). Each launch's value already carries its
   step noise, so the launches are the only level to resample; a percentile bootstrap over
   5 launches uses normal-like quantiles where t(4) is 2.78, and covered the truth only
   79-89 % of the time in simulation. ``tests/test_verdict.py`` measures the coverage of
   every interval here on >= 2,000 simulated datasets per noise setting.
+* **Which per-launch value** (``estimator=``, :data:`ESTIMATORS`) follows from what the
+  claim is about:
+
+  - :data:`MEDIAN` (the default): the median step. For a claim about a *typical* step
+    (a step's latency, a kernel's time): it ignores rare slow steps by design.
+  - :data:`WORK_OVER_TIME_RATES`: for a *throughput* claim (images/s, tokens/s) on a series
+    whose samples are per-step RATES (work of the step / its time) with the same work in
+    every step. The guide's throughputs are work over wall time, stalls included, and a
+    launch's total work / total time over its timed window is the HARMONIC mean of its
+    per-step rates. A median hides stalled steps: with 10-20 % of the steps of one arm
+    stalled 3-10x, the median's interval covered the throughput ratio in only 0-26 % of
+    simulated suites (``tests/test_verdict.py``).
+  - :data:`MEAN_TIME`: the same throughput claim on a series whose samples are step TIMES
+    (seconds per step or per micro-step, equal work each): time per unit of work over the
+    window = the arithmetic MEAN of the times. Its ratio is the reciprocal of the
+    throughput ratio (a time ratio < 1 is a speed-up).
+
+  What a throughput interval covers: the geometric mean of per-launch *window* throughput
+  ratios, ``exp(E[log ratio])`` over a window of as many timed steps as the launches have.
+  With stalls that is not quite the long-run ratio E[work] / E[time]: a few timed steps
+  see a random number of stalls, and the log of a ratio of window means sits below the
+  log of the ratio of expectations (Jensen), by less the more steps a launch times. The
+  tests state both and measure the coverage of each, per stall share, launches and steps.
 * A :class:`Reference` is fixed in advance from the claim's words: a value and a band
   ``[lower, upper]`` (either may be open). The outcome is *reproduced* when the whole
   interval lies inside the band, *not reproduced* when it lies wholly outside, and
@@ -37,7 +60,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +74,15 @@ import numpy as np
 MIN_LAUNCHES = 5
 MIN_STEPS = 5
 CONFIDENCE = 0.95
+
+#: Per-launch estimators (``estimator=`` of :func:`paired_comparison`); see the module docstring for which
+#: claim each one answers.
+MEDIAN = "median"
+"""The median step: a typical step, rare slow steps ignored (the default)."""
+WORK_OVER_TIME_RATES = "work_over_time"
+"""Per-step rates (work / step time, equal work per step): total work / total time = their harmonic mean."""
+MEAN_TIME = "mean_time"
+"""Per-step times (equal work per step): time per unit of work over the window = their arithmetic mean."""
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -204,21 +236,27 @@ class PairedRatio:
 
 
 def paired_comparison(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]], *,
-                      unit: str = "x", confidence: float = CONFIDENCE) -> PairedRatio:
-    """The ratio of medians over paired launches, with a Student-t interval over launches.
+                      unit: str = "x", confidence: float = CONFIDENCE, estimator: str = MEDIAN) -> PairedRatio:
+    """The ratio of per-launch values over paired launches, with a Student-t interval over launches.
 
     Args:
         numerators, denominators: one sequence of step samples per launch; entry ``i`` of both
             comes from the same launch (or from launches matched by run and repetition).
         confidence: two-sided coverage of the interval.
+        estimator: each launch's value from its steps, a name in :data:`ESTIMATORS`:
+            :data:`MEDIAN` (default), :data:`WORK_OVER_TIME_RATES` (throughput from per-step
+            rates) or :data:`MEAN_TIME` (time per unit of work from per-step times).
 
     Returns:
-        The interval: the geometric mean over launches of median(num_i) / median(den_i) and
+        The interval: the geometric mean over launches of value(num_i) / value(den_i) and
         ``exp(mean +- t * sd / sqrt(n))`` of the per-launch log ratios, the number of launches
         and the fewest steps of any launch (with fewer than 2 launches the interval is
         infinite); and the t statistics, for :meth:`PairedRatio.pvalues`.
+
+    Raises:
+        ValueError: ``estimator`` is not a name in :data:`ESTIMATORS`.
     """
-    pairs = _pairs(numerators, denominators)
+    pairs = _pairs(numerators, denominators, estimator=estimator)
     n = len(pairs)
     if n == 0:
         return PairedRatio(Interval(math.nan, math.nan, math.nan, 0, 0, unit), math.nan, math.nan, 0)
@@ -233,15 +271,19 @@ def paired_comparison(numerators: Sequence[Sequence[float]], denominators: Seque
                        mean, se, n - 1)
 
 
-def paired_ratio(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]],
-                 **kwargs) -> Interval:
-    """The interval of :func:`paired_comparison` alone."""
-    return paired_comparison(numerators, denominators, **kwargs).interval
+def paired_ratio(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]], *,
+                 estimator: str = MEDIAN, **kwargs) -> Interval:
+    """The interval of :func:`paired_comparison` alone (same arguments)."""
+    return paired_comparison(numerators, denominators, estimator=estimator, **kwargs).interval
 
 
-def _pairs(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]]
-           ) -> list[tuple[float, float, int]]:
-    """(median of numerator, median of denominator, fewer steps of the two) per launch with a ratio."""
+def _pairs(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]], *,
+           estimator: str = MEDIAN) -> list[tuple[float, float, int]]:
+    """(value of numerator, value of denominator, fewer steps of the two) per launch with a ratio.
+
+    The value is ``estimator``'s (:data:`ESTIMATORS`) of the launch's finite samples.
+    """
+    value = launch_estimator(estimator)
     if len(numerators) != len(denominators):
         raise ValueError(f"{len(numerators)} numerator launches vs {len(denominators)} denominator launches")
     pairs = []
@@ -249,8 +291,8 @@ def _pairs(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequenc
         a, b = _clean(a), _clean(b)
         if not (a.size and b.size):
             continue
-        ma, mb = _median(a), _median(b)
-        # A launch whose median is not positive has no ratio (a throughput of 0 is a failed run).
+        ma, mb = value(a), value(b)
+        # A launch whose value is not positive (or not defined: nan) has no ratio (a throughput of 0 is a failed run).
         if ma > 0 and mb > 0:
             pairs.append((ma, mb, min(a.size, b.size)))
     return pairs
@@ -262,6 +304,39 @@ def _median(arr: np.ndarray) -> float:
     s = np.sort(arr)
     k = s.size // 2
     return float(s[k]) if s.size % 2 else float((s[k - 1] + s[k]) / 2)
+
+
+def _work_over_time(rates: np.ndarray) -> float:
+    """Total work / total time of a launch from its per-step rates (equal work per step): their harmonic mean.
+
+    Step i does work w in time w / r_i, so the window's throughput is n w / sum(w / r_i) = n / sum(1 / r_i):
+    a stalled step weighs by the time it took. Not defined (nan, so the launch has no ratio) when a rate is
+    not positive: a step with no work, or a negative one, is not a step of that series.
+    """
+    if rates.min() <= 0:
+        return math.nan
+    return float(rates.size / np.sum(1.0 / rates))
+
+
+def _mean_time(times: np.ndarray) -> float:
+    """Time per unit of work over a launch's window from its per-step times (equal work per step): their mean."""
+    return float(times.mean())
+
+
+#: Per-launch estimator by name: a clean (finite) 1-d array of one launch's step samples -> one value.
+ESTIMATORS: Mapping[str, Callable[[np.ndarray], float]] = {
+    MEDIAN: _median,
+    WORK_OVER_TIME_RATES: _work_over_time,
+    MEAN_TIME: _mean_time,
+}
+
+
+def launch_estimator(name: str) -> Callable[[np.ndarray], float]:
+    """The per-launch estimator called ``name`` (:data:`ESTIMATORS`); ValueError naming the valid ones."""
+    try:
+        return ESTIMATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown per-launch estimator {name!r}; valid: {', '.join(map(repr, ESTIMATORS))}") from None
 
 
 def mean_interval(values: Sequence[float], *, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
@@ -355,9 +430,9 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def ratio_pvalues(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]],
-                 reference: Reference) -> tuple[float, float]:
+                 reference: Reference, *, estimator: str = MEDIAN) -> tuple[float, float]:
     """``(p_outside, p_inside)`` of a paired ratio against a band (see :meth:`PairedRatio.pvalues`)."""
-    return paired_comparison(numerators, denominators).pvalues(reference)
+    return paired_comparison(numerators, denominators, estimator=estimator).pvalues(reference)
 
 
 def judge_family(intervals: Sequence[Interval], pvalues: Sequence[tuple[float, float]],

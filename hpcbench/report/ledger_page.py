@@ -2,8 +2,9 @@
 
 The page's first screen is the summary: the count of each verdict, then one table row per
 claim with at most :data:`ROW_WORD_BUDGET` words (the claim in a few words, the guide's main
-figure, the main comparison measured here with its 95 % interval, the scale model's headline at
-the guide's scale, the verdict in its kind's words, the kind and the regime reached). Everything
+figure, the main comparison measured here, named, with its 95 % interval, the scale model's headline at
+the guide's scale, the verdict in its kind's words with its reason in at most 8 words and whether
+arithmetic or measurement decided it, the kind and the regime reached). Everything
 that explains a verdict (the rule's detail, every comparison, the model's inputs, the guide's
 arithmetic) is in one folded section per claim that the row links to. Under the summary, a
 forest plot draws every comparison against its reference band, each normalised to its band's
@@ -19,13 +20,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from hpcbench.judge.evidence import NOT_COUNTED_PREFIXES
+from hpcbench.judge.evidence import ARITHMETIC, IMPLAUSIBLE, NOT_COUNTED_PREFIXES, NOT_TESTABLE
 from hpcbench.present.kit import Cell, Figure, Section, Table, fmt_number, image_of, slug
 
-#: The summary row's word budget: a row a reader takes in at one glance.
-ROW_WORD_BUDGET = 30
-#: Verdicts counted at the top, in this order (others are counted after them).
-COUNT_ORDER = ("reproduced", "not reproduced", "inconclusive", "context", "not measured yet")
+#: The summary row's word budget: a row a reader takes in at one glance, the verdict's reason (<= 8 words,
+#: marked when arithmetic decided) and the measured comparison's name included.
+ROW_WORD_BUDGET = 40
+#: Verdicts counted at the top, each in its claim kind's words and counted apart ("works as described" is not
+#: "reproduced"), in this order (others are counted after them).
+COUNT_ORDER = ("reproduced", "works as described", "consistent with the model", "not reproduced",
+               "does not work as described", "inconsistent with the model", IMPLAUSIBLE, NOT_TESTABLE, "inconclusive",
+               "context", "not measured yet")
 
 
 @dataclass
@@ -41,8 +46,10 @@ class ClaimDetail:
 def verdict_tone(verdict: str) -> str:
     """The badge colour of a verdict (its words may be a kind's: "works as described")."""
     v = verdict.lower()
-    if "not measured" in v or "pending" in v:
+    if "not measured" in v or "pending" in v or "not testable" in v:
         return "open"
+    if "implausible" in v:
+        return "bad"
     if any(k in v for k in ("refut", "contradict", "fail", "wrong", "not reproduced", "does not", "inconsistent")):
         return "bad"
     if any(k in v for k in ("partial", "inconclusive", "mixed", "unclear", "differs", "caveat")):
@@ -101,11 +108,19 @@ def interval_text(iv: Any) -> str:
     return f"{text} n={iv.launches}"
 
 
+def comparison_name(label: str) -> str:
+    """A comparison's label in a few words for the summary: the ratio after the model or level (``a: x / y``)."""
+    name = label.split(" (", 1)[0]  # the launch group, when several, is in the details
+    name = name.rsplit(": ", 1)[-1].strip()
+    return name if len(name.split()) <= 5 else ""
+
+
 def measured_brief(row: Any) -> str:
-    """The summary's measured cell: the main comparison with its interval, else the measured text if short."""
+    """The summary's measured cell: the main comparison named, with its interval, else the measured text if short."""
     found = primary_outcome(row)
     if found is not None:
-        return interval_text(found[1].interval)
+        name = comparison_name(found[0] or "")
+        return f"{name} {interval_text(found[1].interval)}".strip()
     text = _value_text(getattr(row, "measured", None))
     # A long measured text (a technique's counts) belongs in the details.
     return text if len(text.split()) <= 6 else "see details"
@@ -123,7 +138,7 @@ def _counts(rows_by_source: dict[str, dict[str, Any]]) -> list[Cell]:
     counts: dict[str, int] = {}
     for rows in rows_by_source.values():
         for row in rows.values():
-            counts[str(row.verdict)] = counts.get(str(row.verdict), 0) + 1
+            counts[verdict_text(row)] = counts.get(verdict_text(row), 0) + 1
     order = [v for v in COUNT_ORDER if v in counts] + sorted(v for v in counts if v not in COUNT_ORDER)
     return [Cell(f"{counts[v]} {v}", f"count verdict tone-{verdict_tone(v)}") for v in order]
 
@@ -174,7 +189,7 @@ def _summary_row(cid: str, row: Any, labels: Sequence[str], by_src: Sequence[Any
     title = str(getattr(row, "title", "") or getattr(row, "wording", "") or "")
     verdicts = [(s, verdict_text(r)) for s, r in zip(labels, by_src) if r is not None]
     if len({v for _, v in verdicts}) <= 1:
-        verdict = Cell(parts=(_verdict_cell(verdicts[0][1]),) if verdicts else ())
+        verdict = Cell(parts=(_verdict_cell(verdicts[0][1]), *_why(row)) if verdicts else ())
     else:
         verdict = Cell(parts=tuple(_verdict_cell(v, f"{s}: ") for s, v in verdicts))
     headline = str(getattr(row, "headline", "") or "") or _value_text(getattr(row, "claimed", None))
@@ -189,6 +204,15 @@ def _summary_row(cid: str, row: Any, labels: Sequence[str], by_src: Sequence[Any
             Cell(predicted, "predicted"),
             verdict,
             Cell(" · ".join(p for p in (kind, regime) if p) or "–", "kind")]
+
+
+def _why(row: Any) -> tuple[Cell, ...]:
+    """The verdict's reason in at most 8 words, marked when arithmetic, not measurement, decided it."""
+    reason = str(getattr(row, "reason", "") or "")
+    if not reason:
+        return ()
+    by = " (arithmetic)" if getattr(row, "decided_by", "") == ARITHMETIC else ""
+    return (Cell(f"{reason}{by}", "verdict-reason"),)
 
 
 def _detail(cid: str, row: Any, labels: Sequence[str], by_src: Sequence[Any]) -> ClaimDetail:
@@ -217,7 +241,9 @@ def _detail(cid: str, row: Any, labels: Sequence[str], by_src: Sequence[Any]) ->
             notes.append(Cell(f"Guide's arithmetic: {arithmetic}", "guide-arithmetic"))
         elif not model and getattr(r, "predicted", None):
             notes.append(Cell(f"Predicted{at}: {_value_text(r.predicted)}"))
+        decided = str(getattr(r, "decided_by", "") or "")
         notes.append(Cell(parts=(_verdict_cell(verdict_text(r), f"Verdict{at}: "),
+                                 *((Cell(f"decided by {decided}", "decided-by"),) if decided else ()),
                                  Cell(str(r.detail or ""), "detail"))))
     comparisons = [(s, label, o) for s, r in zip(labels, by_src) if r is not None
                    for label, o in zip(getattr(r, "labels", ()) or [""] * len(getattr(r, "outcomes", ())),

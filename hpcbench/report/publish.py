@@ -51,7 +51,8 @@ OLD_LOCK_NAME = ".publish.lock"
 SCHEMA = 1
 #: The verdicts the index shows as columns, in this order (hpcbench.judge.evidence.VERDICTS minus
 #: "context", which is a setting rather than a testable claim).
-INDEX_VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not measured yet")
+INDEX_VERDICTS = ("reproduced", "not reproduced", "implausible as stated", "not testable here", "inconclusive",
+                  "not measured yet")
 #: Counted when the runs of one report disagree on a claim: one verdict would hide the others.
 DIFFERS = "differs between runs"
 

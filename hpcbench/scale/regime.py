@@ -104,8 +104,12 @@ class GuideRegime:
     baseline: str
     """the arm whose busy share is matched (e.g. ``original``, ``1x``, ``ddp``)"""
     arithmetic: str
-    """how the share follows from the guide's figures"""
+    """how the share follows from a guide statement independent of the figure judged (or, when ``ours``, why
+    we chose it)"""
     tolerance: float = TOLERANCE
+    ours: bool = False
+    """True when the guide states no regime independent of its figure and the share is our choice for testing
+    the mechanism: shown as "test regime (ours)", never as the guide's."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.target_busy < 1.0:
@@ -340,10 +344,11 @@ def regime_reason(status: str, reached: Sequence[float], regime: GuideRegime) ->
         return None
     got = sorted(v for v in (finite_number(r) for r in reached) if v is not None)
     shown = f"{got[len(got) // 2]:.0%} busy" if got else "busy share not recorded"
-    guide = f"the guide's {regime.target_busy:.0%} (+-{regime.tolerance * 100:.0f} points)"
+    whose = "the test regime's" if regime.ours else "the guide's"
+    guide = f"{whose} {regime.target_busy:.0%} (+-{regime.tolerance * 100:.0f} points)"
     if status == FIXED:
         return (f"context: a fixed link, {regime.baseline} at {shown} against {guide}; only launches calibrated "
-                f"to the guide's regime (regime: guide) are judged")
+                f"to {whose[:-2]} regime (regime: guide) are judged")
     return f"inconclusive: regime {shown} ({regime.baseline}) vs {guide}"
 
 
@@ -398,13 +403,24 @@ def regime_applies(launches: Any, regime: GuideRegime) -> Callable[[Any], str | 
     return applies
 
 
+def group_reached_busy(launches: Any, first: Any) -> float | None:
+    """The median reached busy share of the launches keyed like ``first`` (:func:`key_launches_by_regime`'s
+    groups), or None when none recorded one: the regime a group's reachable effect is computed in."""
+    if FACT_REACHED not in getattr(launches, "columns", ()) or not len(launches):
+        return None
+    same = launches[launches["params"] == first["params"]]
+    got = sorted(v for v in (finite_number(r) for r in same[FACT_REACHED]) if v is not None and v > 0)
+    return got[len(got) // 2] if got else None
+
+
 def regime_summary(regime: GuideRegime, launches: Any) -> str:
     """One sentence for the ledger: the guide's regime, and the regime the launches reached.
 
     Calibrated launches are those that recorded :data:`FACT_TARGET` (the worker writes the regime
     facts only after calibrating); the others ran on a fixed link and are context.
     """
-    guide = f"guide's regime: {regime.baseline} {regime.target_busy:.0%} busy"
+    guide = (f"test regime (ours: the guide states none): {regime.baseline} {regime.target_busy:.0%} busy" if regime.ours
+             else f"guide's regime: {regime.baseline} {regime.target_busy:.0%} busy")
     n = len(launches)
     target = launches[FACT_TARGET] if n and FACT_TARGET in launches.columns else None
     calibrated = launches[[finite_number(v) is not None for v in target]] if target is not None else launches.iloc[0:0]

@@ -28,6 +28,22 @@ pick; **inconclusive** otherwise. Applicability, from recorded facts only: the r
 their link, so the run needs a real inter-node link
 (:func:`~hpcbench.judge.rulekit.slow_link_problem`) and a phase whose link was not shaped for
 it (``shaped`` False) does not count.
+
+**Only where the pick could win.** A regime tests C14's order only where the technique the order
+picks can, on this layout, do what the order picks it for (:data:`PICK_CANNOT_WIN`: given the
+pick, which the advisor makes from the baseline's records alone, read from the launch's recorded
+nodes, ranks per node and backend, never from a technique's measured value). The order
+picks topology optimisation for a *latency-sensitive* run (the advisor's own classification:
+the latency term is most of the modelled communication), so it must save latency steps. It
+cannot where the two-level reduction takes no fewer latency steps than DDP's flat ring at either
+level (the scale model's counts, :mod:`hpcbench.scale.algorithms`: the ring's inter-node steps
+are ``2 (nodes-1)`` like the two-level one's, so the saving is in the node, ``2 nodes (r-1)``
+ring steps against ``2 (r-1)``, or ``4 (r-1)`` on gloo, whose intra stages are all-reduces).
+On 2 nodes with gloo, the emulated cluster's default, the counts are equal and the two-level
+reduction only adds two stages per bucket, each with its own fixed cost; the inter-node bytes it
+saves (a third on 2 nodes x 2 ranks) are the minor term by that same classification. A regime
+whose pick cannot win there is "not applicable", neither agreement nor disagreement: its
+measured best says nothing about whether the order is right where the technique works.
 """
 
 from __future__ import annotations
@@ -37,16 +53,54 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from hpcbench.core.results import json_object
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES, TECHNIQUES
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, paired_samples
 from hpcbench.judge.rulekit import in_group, launch_groups, slow_link_problem
 from hpcbench.judge.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, Reference,
                                     judge_family, paired_comparison, paired_ratio)
+from hpcbench.scale import algorithms as alg
 
 #: "Faster than the other technique": the paired ratio (other's time per sample / this one's) above 1.
 FASTER = Reference(1.0, lower=1.0, unit="x", source="C14's measured best: faster per sample than every other "
                                                     "technique, paired per launch")
+
+
+def _level_steps(stages: list[alg.Stage]) -> tuple[int, int]:
+    """(intra-node, inter-node) latency steps of one bucket's reduction."""
+    return sum(st.intra_steps for st in stages), sum(st.inter_steps for st in stages)
+
+
+def hierarchical_cannot_win(launch: pd.Series) -> str | None:
+    """Why a two-level reduction cannot save latency on the launch's layout, or None when it can.
+
+    Compares the scale model's latency steps per bucket of the two-level reduction with DDP's flat
+    ring on the recorded nodes x ranks per node, with the intra stages the hook runs on the
+    recorded backend (all-reduces unless nccl; gloo when unrecorded, as the advisor assumes). It
+    can save latency only with no more steps at either level and fewer at one.
+    """
+    params = json_object(launch["params"])
+    if "nodes" not in params or "ranks_per_node" not in params:
+        return "nodes and ranks per node not recorded"
+    nodes, per_node = int(params["nodes"]), int(params["ranks_per_node"])
+    recorded = launch.get("backend")
+    backend = str(recorded) if isinstance(recorded, str) and recorded else "gloo"
+    if nodes < 2 or per_node < 2:
+        return f"hierarchical needs >= 2 nodes x 2 ranks; ran {nodes} x {per_node}"
+    elems = 1024  # the step counts do not depend on the bucket's size
+    ring = _level_steps(alg.ring_allreduce(elems * alg.FP32_BYTES, nodes=nodes, ranks_per_node=per_node))
+    two = _level_steps(alg.hierarchical_allreduce(elems, alg.FP32_BYTES, nodes=nodes, ranks_per_node=per_node,
+                                                  intra_via_allreduce=backend != "nccl"))
+    if all(t <= r for t, r in zip(two, ring)) and any(t < r for t, r in zip(two, ring)):
+        return None
+    return f"hierarchical saves no latency step on {nodes} nodes x {per_node} ranks ({backend})"
+
+
+#: Per technique, why it cannot win on a launch (from its recorded facts), or None when it could.
+#: Compression (fewer bytes) and accumulation (fewer synchronisations) can wherever there is an
+#: inter-node link, which every counted launch has (:func:`slow_link_problem`).
+PICK_CANNOT_WIN = {"hierarchical": hierarchical_cannot_win}
 
 
 @dataclass
@@ -112,9 +166,11 @@ def regime_results(evidence: Evidence) -> tuple[list[RegimeResult], list[tuple[R
                 if nums:
                     gains[t] = paired_ratio(nums, dens)
             unshaped = "shaped" in mine.columns and (mine["shaped"] == False).any()  # noqa: E712 - None: unknown
+            # read from the baseline's pick and the launch's facts, before any technique's value
+            cannot_win = PICK_CANNOT_WIN[pick](launches.iloc[0]) if pick in PICK_CANNOT_WIN else None
             r = RegimeResult(group_text, regime, pick, picks, gains,
                              not_applicable=why_not or ("the link was not shaped for this phase" if unshaped
-                                                        else None))
+                                                        else cannot_win))
             ranked = sorted((i.estimate, t) for t, i in gains.items() if pd.notna(i.estimate))
             if ranked:
                 r.best = ranked[-1][1]
@@ -157,7 +213,9 @@ def rule_c14(claim: Claim, evidence: Evidence) -> Judgement:
             "optimisation, else overlap); each technique's gain is the baseline's time per sample over its own, "
             "paired per launch; the measured best is the technique faster than every other (paired, "
             "Holm-corrected over all regimes); agreement counts only where that best is distinguishable. "
-            "Reproduced when all three regimes agree, not reproduced when a distinguishable best disagrees.")
+            "Reproduced when all three regimes agree, not reproduced when a distinguishable best disagrees. A "
+            "regime counts only where its pick could win on the launch's layout (topology optimisation: fewer "
+            "latency steps than the flat ring).")
     results = judge_regimes(evidence)
     if not results:
         return Judgement(INCONCLUSIVE, NO_VALUE, f"{what} No launch measured a regime." + evidence.excluded_note())

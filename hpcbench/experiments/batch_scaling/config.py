@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcbench.core.config import DistributedConfig, param
-from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.models.step import LAYOUTS, PRECISIONS, StepRecipe
 from hpcbench.parallel.modes import MODE_NAMES, MODES
@@ -15,29 +14,15 @@ from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibra
 REGIMES = ("larger_batch", "fixed_global_batch")
 
 
-def guide_sync_per_compute(gain: float = 1 + GUIDE_C2_GAIN, k: int = GUIDE_C2_BATCH_FACTOR) -> float:
-    """m / c: the per-step synchronisation ``m`` over one micro-batch's compute ``c`` that gives ``gain`` from
-    ``k``-fold accumulation: ``k (c + m) / (k c + m) = gain``  =>  ``m / c = k (gain - 1) / (k - gain)``."""
-    return k * (gain - 1.0) / (k - gain)
-
-
-#: C2's regime: the share of the 1x step (one micro-batch, one synchronisation) spent computing.
-GUIDE_REGIME = GuideRegime(
-    claim="C2", target_busy=1.0 / (1.0 + guide_sync_per_compute()), baseline="larger_batch 1x",
-    arithmetic=f"the guide's {1 + GUIDE_C2_GAIN:.1f}x from {GUIDE_C2_BATCH_FACTOR}x accumulation: "
-               f"{GUIDE_C2_BATCH_FACTOR} (c + m) / ({GUIDE_C2_BATCH_FACTOR} c + m) = {1 + GUIDE_C2_GAIN:.1f} gives "
-               f"m = {guide_sync_per_compute():.0f} c, so the 1x step is c / (c + m) = 1/12 busy and its "
-               f"synchronisation {guide_sync_per_compute() / (1 + guide_sync_per_compute()):.0%} of it")
-"""The guide's regime for C2, derived from its own figure.
-
-The guide's +220 % (3.2x) per GPU from a batch 4x the cloud batch by gradient accumulation: with
-``c`` the compute of one micro-batch and ``m`` the per-step cost that accumulation amortises (the
-gradient synchronisation), 4 micro-batches per synchronisation take ``4c + m`` where 4 steps took
-``4 (c + m)``, so 4 (c + m) / (4c + m) = 3.2  =>  4c + 4m = 12.8c + 3.2m  =>  0.8m = 8.8c  =>  m = 11c.
-The 1x step is then c / 12c = 8.3 % busy and 11/12 = 92 % synchronisation. Check: 4 x 12 / 15 = 3.2.
-A scale model matches C2 only where its 1x step is that communication-bound: two nodes (so that there
-is an inter-node synchronisation), the link slowed until the 1x step is ~8 % busy.
-"""
+#: The regime C2's mechanism is measured in: ours, not the guide's. The guide names no model, so it states
+#: nothing about its step independent of the +220 % being judged (deriving the regime from that figure made
+#: the verdict hold by construction). A 1x step a quarter busy leaves accumulation room to show: 8x the
+#: samples per synchronisation gives up to 8 / (8 x 0.25 + 0.75) = 2.9x (Amdahl), and the band is read from
+#: the busy share each launch reached (:mod:`~hpcbench.experiments.batch_scaling.rules`).
+TEST_REGIME = GuideRegime(
+    claim="C2", target_busy=0.25, baseline="larger_batch 1x", ours=True,
+    arithmetic="ours, not the guide's (the guide names no model): the 1x step a quarter busy, three quarters "
+               "synchronisation, so that accumulation has room to show")
 
 
 @dataclass
@@ -67,13 +52,13 @@ class BatchScalingConfig(DistributedConfig):
     seed: int = param(0, "seed of the initial weights and the synthetic batches", min=0)
     link_regime: str = regime_param(
         measure="before the sweep, measure the 1x step's busy share (against its no-op twin)",
-        target="the 1x step is 1/12 busy, the guide's regime",
-        counts="the verdict counts only launches that reached it",
+        target="the 1x step is a quarter busy (a regime of ours with room for accumulation: the guide states none)",
+        counts="the verdict reads each launch's band from the busy share it reached",
         fixed="the link as it is (context rows). Named link_regime: 'regimes' are the batch regimes")
     calibration_rates: list[str] = calibration_rates_param(
-        ["1gbit", "300mbit", "100mbit"], "the 1x step",
-        bracketing="the guide's regime (resnet_tiny's 20 MB of gradients at batch 4 on CPU ranks: ~1/12 busy near "
-                   "300 Mbit/s)")
+        ["3gbit", "1gbit", "300mbit"], "the 1x step",
+        bracketing="the test regime (resnet_tiny's 20 MB of gradients at batch 4 on CPU ranks: ~1/12 busy near "
+                   "300 Mbit/s, so a quarter busy near 1 Gbit/s)")
     calibration_steps: int = calibration_steps_param("the 1x step")
 
     def validate(self) -> None:

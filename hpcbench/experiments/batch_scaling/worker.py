@@ -29,7 +29,7 @@ import time
 from hpcbench.cluster.link_phase import SteeredLink
 from hpcbench.core.results import RecordWriter
 from hpcbench.dist.topology import Topology
-from hpcbench.experiments.batch_scaling.config import GUIDE_REGIME, BatchScalingConfig
+from hpcbench.experiments.batch_scaling.config import TEST_REGIME, BatchScalingConfig
 from hpcbench.models import MODELS
 from hpcbench.models.step import make_optimizer, prepare_model, step_settings
 from hpcbench.parallel.modes import parallelize
@@ -105,7 +105,7 @@ def run_worker(cfg: BatchScalingConfig, topo: Topology, writer: RecordWriter) ->
     with steer if steer is not None else contextlib.nullcontext():
         baseline = BaselineTwin(cfg, topo, base, device) if steer is not None else None
         calibration = (calibrate_on_ranks(steer, lambda: baseline.busy(cfg.calibration_steps, sync),
-                                          cfg.calibration_rates, GUIDE_REGIME.target_busy, lead=lead, device=device)
+                                          cfg.calibration_rates, TEST_REGIME.target_busy, lead=lead, device=device)
                        if baseline is not None and topo.nodes > 1 else None)
         judged = _sweep(cfg, topo, rank, writer, spec, base, items_per_sample)
         compute = baseline.compute(cfg.steps, sync) if baseline is not None else None
@@ -242,8 +242,8 @@ def write_regime(writer: RecordWriter, calibration: Calibration | None, steer: S
     step = statistics.median(judged) if judged else math.nan
     reached = statistics.median(compute) / step if judged and compute and step > 0 else math.nan
     write_calibration(writer, calibration, "the larger_batch 1x step", judged_busy=reached,
-                      target_busy=GUIDE_REGIME.target_busy)
-    write_facts(writer, regime_facts(GUIDE_REGIME.target_busy, reached, judged_rate_bps(steer, calibration, judged_at)))
+                      target_busy=TEST_REGIME.target_busy)
+    write_facts(writer, regime_facts(TEST_REGIME.target_busy, reached, judged_rate_bps(steer, calibration, judged_at)))
 
 
 # -- reading the records back -------------------------------------------------------------

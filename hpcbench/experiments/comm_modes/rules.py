@@ -3,22 +3,24 @@
 Both compare two series measured in the same launch (modes and buckets run one after the
 other in one job), so every launch gives one paired ratio of median total throughputs.
 
-**C3's regime (dynamic similarity), from recorded facts, stated before any launch was run.** The
-guide's ResNet-50 DDP ran at 15.8 % of what its 32 A100s compute alone, so its DDP step was ~16 %
-busy (:data:`~hpcbench.experiments.comm_modes.config.GUIDE_REGIME`, arithmetic there). A ResNet
-comparison is judged only in launches calibrated to that regime (``regime: guide``: the link
-shaped until ``ddp`` at DDP's 25 MiB bucket is ~16 % busy) whose ``fact.regime.reached_busy`` lies
-within +-5 points of ``fact.regime.target_busy``; a calibrated launch that missed it is
-"inconclusive: regime X vs the guide's Y", never "not reproduced", and fixed-link launches
-(``regime: fixed``, and every launch recorded before the parameter existed) are context rows,
-never counted. The GPT-2 figure implies DDP at 0.12 % of the compute-bound rate, a regime no
-cluster runs in: its comparison is always "inconclusive: the guide's figures imply a regime ..."
-and never judged. What the ResNet comparison needs besides the busy share — several NICs per node
-— is in that constant's docstring: on one link per node (the emulated cluster, 1 NIC) the
-hierarchical reduction saves at most a third of the bytes, a gain of at most 1.39x at the guide's
-regime, just under the 1.40x band. Every verdict also states what the scale model gives in the
-guide's regime at 1 and 8 NICs per node (:func:`~hpcbench.experiments.comm_modes.config.nic_gains_at_guide_regime`),
-the same sentence whatever was measured.
+**C3 is read arithmetic first, then measurement** (:mod:`hpcbench.judge.feasibility`):
+
+* **The guide's statements** (:func:`guide_consistency`). The guide's ResNet-50 DDP ran at 15.8 % of
+  what its 32 A100s compute alone, so its DDP step was ~16 % busy
+  (:data:`~hpcbench.experiments.comm_modes.config.GUIDE_REGIME`). In that regime the scale model gives
+  the hierarchical reduction over NCCL's ring 1.18x with one HDR NIC per node (the platform line
+  "200 Gbps HDR" read literally) and 1.04x with a DGX A100's 8, both under the band's 1.40x: the
+  figure is **implausible as stated** on its own platform. The GPT-2 figure implies DDP at 0.12 % of
+  its compute-bound rate, a step no cluster runs in; its comparison is never judged.
+* **What this platform can show** (:func:`topology_reach`). On one link per node the two-level
+  mode can at best send :func:`two_level_bytes_share` of DDP's bytes across (2 x 2: 2/3), so at the
+  busy share ``b`` a group's DDP step reached, the gain is at most ``(1/b) / (1 + (1/b - 1) x
+  share)`` (Amdahl): 1.39x at 16 % busy on 2 x 2, under the band, so such a group is **not testable
+  here**; 2 nodes x 8 ranks reaches 1.64x.
+* **Measurement.** The ResNet comparison is judged in launches calibrated to the guide's regime
+  (``regime: guide``, ``fact.regime.reached_busy`` within +-5 points of the target); a calibrated
+  launch that missed it is "inconclusive: regime X vs the guide's Y", fixed-link launches are context
+  rows, never counted. The value is total throughput as work over wall time (stalls included).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C
 from hpcbench.experiments.comm_modes.config import (CALIBRATED_FAMILY, GPT2_SHARE, GUIDE_REGIME, IB_MTU_BUCKET_MB,
                                                     nic_gains_at_guide_regime)
 from hpcbench.guide.claims import Claim
+from hpcbench.core.results import json_object
 from hpcbench.judge.evidence import Evidence, Judgement
+from hpcbench.judge.feasibility import Consistency, Reach, decide, partial_cap
 from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.judge.verdict import Reference, gain_reference
-from hpcbench.scale.regime import key_launches_by_regime, regime_applies, with_measured_busy
+from hpcbench.judge.verdict import GAIN_SHARE, WORK_OVER_TIME_RATES, Reference, gain_reference
+from hpcbench.scale.regime import group_reached_busy, key_launches_by_regime, regime_applies, with_measured_busy
 
 DEFAULT_BUCKET_MB = DDP_DEFAULT_BUCKET_BYTES / (1 << 20)
 #: The guide's figures per model family: (DDP, hybrid, stated gain %).
@@ -67,18 +71,58 @@ def _two_level_mode(evidence: Evidence) -> str:
     return C3_MODES[-1]
 
 
-def nic_sentence() -> str:
-    """What the scale model gives for ResNet-50 in the guide's regime at 1 and 8 NICs per node (no values read)."""
-    try:
-        gains = nic_gains_at_guide_regime()
-    except Exception as exc:  # noqa: BLE001 - a missing platform figure must not take the rule down
-        return f"(The scale model at 1 and 8 NICs per node is not available: {exc}.)"
-    shown = " and ".join(f"{g:.2f}x with {n} NIC{'s' if n > 1 else ''} per node" for n, g in sorted(gains.items()))
-    return (f"In the guide's regime the scale model gives ResNet-50 {shown} (the band's lower bound: "
-            f"{1 + 0.8 * (GUIDE_C3_RESNET[1] / GUIDE_C3_RESNET[0] - 1):.2f}x): the 1-NIC end comes closer, neither "
-            f"reaches it, so the guide's figure needs an inter-node link scarcer than one HDR NIC per node (or a "
-            f"flat reduction slower than NCCL's ring); the emulated cluster, one link per node with loopback "
-            f"inside, sits at or beyond the 1-NIC end.")
+def two_level_bytes_share(nodes: int, ranks_per_node: int) -> float:
+    """Bytes a two-level reduction sends over a node's one link, as a share of a flat ring's.
+
+    A ring all-reduce over ``N = nodes x ranks_per_node`` ranks ordered by node sends ``2 (N - 1) / N`` of
+    the gradient ``S`` over every ring edge, the node boundary's included; reducing inside the node first
+    leaves ``2 (n - 1) / n S`` to cross (an all-reduce among the ``n`` nodes). 2 x 2: 1 S against 1.5 S, 2/3.
+    """
+    n, total = int(nodes), int(nodes) * int(ranks_per_node)
+    if n < 2 or total < 2:
+        return 1.0
+    return (2 * (n - 1) / n) / (2 * (total - 1) / total)
+
+
+def topology_reach(params: dict, busy: float | None) -> Reach | None:
+    """What a launch's topology lets the two-level mode show over DDP in the regime it reached.
+
+    One link per node (the emulated cluster; a real cluster with one NIC per node): the two-level mode can
+    at best cut the waiting share of DDP's step to :func:`two_level_bytes_share` of itself (Amdahl).
+    """
+    if busy is None:
+        return None
+    nodes, rpn = int(params.get("nodes", 1)), int(params.get("ranks_per_node", 1))
+    kept = two_level_bytes_share(nodes, rpn)
+    cap = partial_cap(busy, kept)
+    band = 1 + GAIN_SHARE * (GUIDE_C3_RESNET[1] / GUIDE_C3_RESNET[0] - 1)
+    # The fewest bytes a one-link node can keep (kept -> 1 / 2 as ranks per node grow at 2 nodes) sets what
+    # a larger topology would need; say which ranks per node would reach the band, if any does.
+    needs = next((f"{nodes} nodes x {r} ranks per node" for r in (4, 8, 16, 32)
+                  if partial_cap(busy, two_level_bytes_share(nodes, r)) >= band), "more nodes' worth of links")
+    return Reach(cap, f"{nodes} x {rpn} ranks on one link per node: the two-level mode sends {kept:.2f} of DDP's "
+                      f"bytes across, at ddp {busy:.0%} busy", needs=needs)
+
+
+def guide_consistency() -> Consistency:
+    """Whether the guide's +49.6 % fits its stated platform (4 nodes of 8 A100s, "200 Gbps HDR") by the scale model.
+
+    Read literally, the platform line gives one HDR port per node; a DGX A100 has 8 (the stated
+    alternative). In the guide's ResNet-50 regime the scale model gives the hierarchical reduction over
+    NCCL's ring (:func:`~hpcbench.experiments.comm_modes.config.nic_gains_at_guide_regime`) less than the
+    band at either count. The GPT-2 figure implies a step 99.9 % idle.
+    """
+    gains = nic_gains_at_guide_regime()
+    band = 1 + GAIN_SHARE * (GUIDE_C3_RESNET[1] / GUIDE_C3_RESNET[0] - 1)
+    literal = gains[min(gains)]
+    shown = " and ".join(f"{g:.2f}x at {n} NIC{'s' if n > 1 else ''} per node" for n, g in sorted(gains.items()))
+    return Consistency(
+        holds=max(gains.values()) >= band,
+        reason=f"model gives {literal:.2f}x at one HDR/node",
+        arithmetic=f"in the guide's ResNet-50 regime (ddp {GUIDE_REGIME.target_busy:.0%} busy) the scale model gives "
+                   f"hierarchical over DDP {shown} (one HDR per node is the platform line read literally; 8 is a "
+                   f"DGX A100), against the band's {band:.2f}x; the GPT-2 figure implies DDP at {GPT2_SHARE:.2%} of "
+                   f"its compute-bound rate, a step no cluster runs in")
 
 
 def _ddp_busy(summaries: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -102,6 +146,7 @@ def rule_c3(claim: Claim, evidence: Evidence) -> Judgement:
 
     def comparisons(first: pd.Series) -> list[Comparison]:
         """Per model; the ResNet ones judged only in the guide's regime, the GPT-2 ones never (see above)."""
+        reach = topology_reach(json_object(first["params"]), group_reached_busy(launches, first))
         out = []
         for model in models:
             ddp, hybrid, _ = C3_FIGURES[family_of(model)]
@@ -111,20 +156,24 @@ def rule_c3(claim: Claim, evidence: Evidence) -> Judgement:
                 denominator={"model": model, "mode": "ddp", "bucket_cap_mb": DEFAULT_BUCKET_MB},
                 reference=gain_reference(hybrid / ddp, f"the guide: {hybrid:,} vs {ddp:,} ({family_of(model)})"),
                 not_applicable=(regime_problem(first) or "") if family_of(model) == CALIBRATED_FAMILY
-                else GPT2_OUT_OF_REACH))
+                else GPT2_OUT_OF_REACH,
+                reach=reach if family_of(model) == CALIBRATED_FAMILY else None, estimator=WORK_OVER_TIME_RATES))
         return out
 
-    what = (f"Paired per launch: median total throughput of {mode} over plain DDP at DDP's default "
+    what = (f"Paired per launch: total throughput (work over wall time, stalls included) of {mode} over plain DDP at "
+            f"DDP's default "
             f"{DEFAULT_BUCKET_MB:g} MiB bucket, per model; reference: at least 80 % of the guide's gain "
             f"(+49.6 % ResNet-50, +40.2 % GPT-2); applies only where the inter-node link is slower than the "
             f"intra-node one (emulated cluster's shaped link or real nodes), and only in launches calibrated to "
             f"the guide's regime (ddp {GUIDE_REGIME.target_busy:.0%} busy +-{GUIDE_REGIME.tolerance * 100:.0f} "
             f"points: {GUIDE_REGIME.arithmetic}); fixed-link launches are context; the GPT-2 figure implies a "
-            f"regime no cluster runs in and is not judged. " + nic_sentence())
-    return judge_comparisons(dataclasses.replace(evidence, launches=launches), comparisons,
-                             applies=slow_link_problem, what=what,
-                             ignore_params=("bucket_cap_mb", "modes", "models", "calibration_rates",
-                                            "calibration_steps"))
+            f"regime no cluster runs in and is not judged; the reachable gain is read from each group's topology and "
+            f"reached busy share before any throughput.")
+    judgement = judge_comparisons(dataclasses.replace(evidence, launches=launches), comparisons,
+                                  applies=slow_link_problem, what=what,
+                                  ignore_params=("bucket_cap_mb", "modes", "models", "calibration_rates",
+                                                 "calibration_steps"))
+    return decide(judgement, guide_consistency())
 
 
 def infiniband_problem(launch: pd.Series) -> str | None:

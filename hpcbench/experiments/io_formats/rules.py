@@ -4,6 +4,13 @@ The setting every comparison uses is fixed by the launch's own parameters before
 value is read: the most DataLoader workers it ran and the guide's buffer
 (``prefetch_factor = 1``: num_workers x batch_size samples in flight), cold page cache,
 the ``sweep`` phase. A step is one batch (waiting for it plus the emulated compute).
+
+Both claims apply only where the data is on Lustre (the launch's recorded ``storage.filesystem``).
+C4 is about Lustre's metadata server. C5 follows it in the same section of the guide and claims
+that its three measures "fix the storage bottleneck": the bottleneck C4 names. Where that
+bottleneck is absent (a local file system has no metadata server to overload) a container format
+or a deeper buffer has nothing to fix, and a gain or its absence there says nothing about the
+claim; so C5 applies exactly where C4 does.
 """
 
 from __future__ import annotations
@@ -47,6 +54,15 @@ def lustre_problem(launch: pd.Series) -> str | None:
             f"file system has")
 
 
+def c5_problem(launch: pd.Series) -> str | None:
+    """None where C5 applies: where C4 does (C5's fixes are fixes of C4's Lustre bottleneck), else why not."""
+    if lustre_problem(launch) is None:
+        return None
+    fs = str(launch.get("storage.filesystem") or "unknown")
+    return (f"the data was on {fs}; C5's fixes are for C4's Lustre metadata-server bottleneck, which no local "
+            f"file system has")
+
+
 def rule_c4(claim: Claim, evidence: Evidence) -> Judgement:
     """C4: the accelerator idle share when reading small files (per-step idle share, per launch)."""
     def levels(launch: pd.Series) -> list[Level]:
@@ -76,7 +92,7 @@ def _staging_problem(evidence: Evidence, launch: pd.Series) -> str:
 
 
 def rule_c5(claim: Claim, evidence: Evidence) -> Judgement:
-    """C5: container formats over small files, the guide's prefetch buffer, node-local staging."""
+    """C5: container formats over small files, the guide's prefetch buffer, node-local staging; on Lustre only."""
     def comparisons(launch: pd.Series) -> list[Comparison]:
         workers, prefetch = setting_of(launch)
         at = {"phase": "sweep", "workers": workers, "prefetch_factor": prefetch}
@@ -104,8 +120,9 @@ def rule_c5(claim: Claim, evidence: Evidence) -> Judgement:
     what = (f"Paired per launch, per-batch samples/s at the launch's most workers and prefetch_factor=1, cold "
             f"cache: hdf5 and tfrecord each over small files (reference >= {C5_SPEEDUP}x), the guide's buffer over "
             f"one twice as deep (>= {C5_BUFFER_SHARE}x), staged over unstaged (>= {C5_SPEEDUP}x, only where the "
-            f"staging folder is another device); the claim needs every part.")
-    return judge_comparisons(evidence, comparisons, applies=lambda launch: None, what=what)
+            f"staging folder is another device); the claim needs every part. Applies only on Lustre, like C4: "
+            f"the fixes are for C4's metadata-server bottleneck.")
+    return judge_comparisons(evidence, comparisons, applies=c5_problem, what=what)
 
 
 RULES = {"C4": rule_c4, "C5": rule_c5}

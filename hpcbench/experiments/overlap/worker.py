@@ -11,8 +11,9 @@
    and bytes it really sends), each next to the same step under the no-op hook, then one
    synchronisation's buckets all-reduced alone: exposed communication = t(step) - t(no-op
    step), total = t(alone) x synchronisations per step. Every series of a model is timed in
-   one interleaved loop (one step of each in turn), so the k=4 / k=1 ratio the rule reads
-   compares steps taken under the same machine load, not one series' minute with another's.
+   one interleaved loop (one step of each in turn), so the ratio the rule reads (k=4 under
+   no_sync() over k=4 synchronising every micro-step) compares steps taken under the same
+   machine load, not one series' minute with another's.
 
 Diagnostics (T-diag, :mod:`hpcbench.diag`): every rank records its TF32 settings and checks that
 every rank built the same initial weights. The timed steps run through

@@ -150,7 +150,7 @@ def rule_c12(claim: Claim, evidence: Evidence) -> Judgement:
     groups = launch_groups(evidence, ignore_params=("faults",))
     for group_text, launches in groups:
         spreads = list(launches[FACT_HEALTHY_CV]) if FACT_HEALTHY_CV in launches.columns else [None] * len(launches)
-        judged = launches[[GATE_REGIME.status(v) == IN_REGIME for v in spreads]]
+        judged = launches[GATE_REGIME.in_regime(launches)]
         summaries = in_group(evidence.summaries, launches)
         if summaries.empty or "fault" not in summaries.columns:
             continue

@@ -25,12 +25,14 @@ the guide's setting below 40 %. Fixed here before any value was looked at.
 **The quantity**: the predicted busy share ("GPU utilisation", :attr:`Prediction.busy_share`) at
 1 and at 8 NICs per node, each over launches with :func:`hpcbench.judge.verdict.single_value`
 (95 % interval, Bonferroni across strict launch groups) against at most 0.40
-(:data:`C1_REFERENCE`). **Outcome** (internally the ledger's three values): consistent with the
-model (``reproduced``) when both NIC counts put the whole interval below 0.40; inconsistent
-(``not reproduced``) when both put it above; ``inconclusive`` when the two NIC counts disagree
-(the guide's setting does not fix the input that decides: the reason names both values), when an
-interval straddles 0.40, with fewer than :data:`~hpcbench.judge.verdict.MIN_LAUNCHES` launches,
-or without a shaped link (a phase outside the emulated cluster has no line rate to compare with).
+(:data:`C1_REFERENCE`). **Outcome: the condition, not a verdict word.** A link efficiency at or below
+its line rate keeps one NIC per node under 40 % (above it only at ~3.9x line rate), and the busy share
+only rises with NICs per node, so "inconsistent with the model" could never come out: the row is
+``context`` and states up to which NIC count the anecdote holds ("consistent at <= k NICs per node",
+:func:`nic_condition`), at 1, 2, 4 and 8 NICs per node (:data:`C1_NIC_COUNTS`: the platform line read
+literally, up to a DGX A100's 8). ``inconclusive`` with fewer than
+:data:`~hpcbench.judge.verdict.MIN_LAUNCHES` launches, or without a shaped link (a phase outside the
+emulated cluster has no line rate to compare with).
 A phase whose inter-node fit is poor (r2 < :data:`C1_MIN_R2`) is left out and named.
 
 **The detail** says where < 40 % arises and where it does not (the sweep of
@@ -53,10 +55,9 @@ import pandas as pd
 
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
 from hpcbench.guide.claims import Claim
-from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
+from hpcbench.judge.evidence import CONTEXT, NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import in_group, launch_groups
-from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference,
-                                    combine_verdicts, judge, single_value)
+from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, REPRODUCED, Outcome, Reference, judge, single_value
 from hpcbench.scale.guide_scale import ModelText
 from hpcbench.scale.platforms import LinkModel, Platform, get_platform
 from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Prediction, predict_c1, predict_step,
@@ -65,8 +66,9 @@ from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Predictio
 C1_PLATFORM = "a100_hdr"
 #: NICs per node of the sensitivity's default point: C16's "connected by 200 Gb/s HDR InfiniBand", read literally.
 C1_NICS = 1
-#: NICs per node the rule judges at: the guide does not state the count (1: C16 read literally; 8: a DGX A100).
-C1_NIC_COUNTS = (1, 8)
+#: NICs per node the rule reads the condition at: the guide's platform line read literally (1: "200 Gbps HDR"),
+#: up to a DGX A100's 8, the stated alternative.
+C1_NIC_COUNTS = (1, 2, 4, 8)
 C1_TOKENS = 2048
 C1_GRAD_BYTES = 4
 C1_BUCKET_BYTES = DDP_DEFAULT_BUCKET_BYTES
@@ -174,7 +176,8 @@ def efficiency_for_threshold(nics: int, threshold: float = C1_THRESHOLD, *, lo: 
 
 def _assumptions() -> str:
     return (f"{C1_PLATFORM}: {C1_NODES} nodes x 8 A100 (the guide's 32-task job), 200 Gb/s HDR InfiniBand at "
-            f"{' and '.join(_nics(n) for n in C1_NIC_COUNTS)} per node (the guide does not state the count), a "
+            f"{', '.join(map(str, C1_NIC_COUNTS))} NICs per node (the guide does not state the count: one, read "
+            f"literally; a DGX A100 has 8), a "
             f"{C1_PARAMS / 1e9:g}B-parameter model under plain DDP, float32 gradients in 25 MiB buckets, no overlap, "
             f"{C1_TOKENS} tokens per GPU per step (one {C1_TOKENS}-token sequence per GPU, a "
             f"{C1_NODES * 8}-sequence global batch), compute 6 x params x tokens at the platform's sustained rate "
@@ -186,13 +189,13 @@ def _assumptions() -> str:
 def _what(evidence: Evidence) -> str:
     return (f"C1 is an anecdote: judged as consistent with the scale model or not, never as re-measured. The model, "
             f"validated on the emulated cluster, predicts the busy share ('GPU utilisation') of the guide's setting "
-            f"under these assumptions: {_assumptions()}; reference < {pct(C1_THRESHOLD)}. Consistent when both NIC "
-            f"counts put the busy share below it, inconsistent when both put it above, inconclusive when they "
-            f"disagree (the guide's setting does not fix the input that decides).")
+            f"under these assumptions: {_assumptions()}; reference < {pct(C1_THRESHOLD)}. The row states up to which "
+            f"NIC count per node ({', '.join(map(str, C1_NIC_COUNTS))}) the busy share stays below it: the guide "
+            f"does not state the count, and no real link efficiency puts one NIC above it.")
 
 
 def _detail(efficiencies: list[float], params: dict[str, Any]) -> str:
-    """Both NIC counts, where < 40 % arises and where not, the misestimate and the memory caveat."""
+    """Every NIC count, where < 40 % arises and where not, the misestimate and the memory caveat."""
     eff = float(pd.Series(efficiencies).median())
     models = {n: c1_prediction(eff, nics=n) for n in C1_NIC_COUNTS}
     naive = naive_estimate()
@@ -219,23 +222,29 @@ def _detail(efficiencies: list[float], params: dict[str, Any]) -> str:
             f"all-gather move the same gradient bytes as the ring all-reduce, so the communication estimate stands.")
 
 
-def nic_verdict(outcomes: dict[int, Outcome]) -> tuple[str, str]:
-    """(verdict, reason) from the outcomes at each NIC count (:data:`C1_NIC_COUNTS`).
+def nic_condition(outcomes: dict[int, Outcome]) -> tuple[str, str]:
+    """(verdict, the condition in at most 8 words) from the outcomes at each NIC count (:data:`C1_NIC_COUNTS`).
 
-    Both below 40 %: ``reproduced`` (consistent with the model); both above: ``not reproduced``
-    (inconsistent); one each way: ``inconclusive``, the guide not stating the NIC count;
-    otherwise ``inconclusive`` with the first undecided outcome's reason.
+    An anecdote gets no verdict word it cannot reach: the busy share only rises with NICs per node, and a
+    link efficiency at or below its line rate keeps one NIC under 40 %, so "inconsistent" could never come
+    out. The row states instead up to which NIC count the anecdote holds — ``context``, "consistent at <= k
+    NICs per node" — which the measured link efficiency moves. Too few launches at any count: inconclusive.
     """
-    verdicts = {n: o.verdict for n, o in outcomes.items()}
-    values = ", ".join(f"{_nics(n)}: {pct(o.interval.estimate)}" for n, o in outcomes.items())
-    if all(v == REPRODUCED for v in verdicts.values()):
-        return REPRODUCED, f"consistent with the model at every NIC count ({values})"
-    if all(v == NOT_REPRODUCED for v in verdicts.values()):
-        return NOT_REPRODUCED, f"inconsistent with the model at every NIC count ({values})"
-    if REPRODUCED in verdicts.values() and NOT_REPRODUCED in verdicts.values():
-        return INCONCLUSIVE, f"the guide does not state the NIC count; {values}"
-    undecided = next(o for o in outcomes.values() if o.verdict == INCONCLUSIVE)
-    return INCONCLUSIVE, f"{undecided.why or 'undecided'} ({values})"
+    counts = sorted(outcomes)
+    if any(not o.interval.enough(min_steps=1) or not math.isfinite(o.interval.estimate) for o in outcomes.values()):
+        undecided = next(o for o in outcomes.values() if o.verdict == INCONCLUSIVE)
+        return INCONCLUSIVE, undecided.why or "too few launches"
+    k = max((n for n in counts if all(outcomes[m].verdict == REPRODUCED for m in counts if m <= n)), default=None)
+    if k is None:
+        if outcomes[counts[0]].verdict == INCONCLUSIVE:
+            return CONTEXT, f"undecided even at {_nics(counts[0])} per node"
+        return CONTEXT, f"not consistent even at {_nics(counts[0])} per node"
+    if k == counts[-1]:
+        return CONTEXT, f"consistent at every NIC count, {counts[0]}-{counts[-1]}"
+    nxt = counts[counts.index(k) + 1]
+    if outcomes[nxt].verdict == INCONCLUSIVE:
+        return CONTEXT, f"consistent at <= {_nics(k)}, undecided at {nxt}"
+    return CONTEXT, f"consistent at <= {_nics(k)} per node"
 
 
 def _column(n: int) -> str:
@@ -243,7 +252,7 @@ def _column(n: int) -> str:
 
 
 def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
-    """C1 (an anecdote): the predicted busy share at 1 and 8 NICs per node, per launch, against < 40 %."""
+    """C1 (an anecdote): the predicted busy share at each of :data:`C1_NIC_COUNTS` NICs per node, against < 40 %."""
     import json
 
     what = _what(evidence)
@@ -275,25 +284,27 @@ def rule_c1(claim: Claim, evidence: Evidence) -> Judgement:
                          f"{what} No launch measured the inter-node link's efficiency on a shaped link (the emulated "
                          f"cluster), so nothing to judge." + evidence.excluded_note())
     confidence = 1 - (1 - CONFIDENCE) / len(found)
-    outcomes, labels, parts, verdicts = [], [], [], []
+    outcomes, labels, parts, verdicts, reasons = [], [], [], [], []
     for group_text, values, _, _ in found:
         per_nic = {n: judge(single_value(values[n], unit="", confidence=confidence), C1_REFERENCE, min_steps=1)
                    for n in C1_NIC_COUNTS}
-        verdict, reason = nic_verdict(per_nic)
+        verdict, reason = nic_condition(per_nic)
         verdicts.append(verdict)
         where = f" ({group_text})" if len(found) > 1 else ""
         for n, outcome in per_nic.items():
             outcomes.append(outcome)
             labels.append(f"busy share, {_nics(n)} per node{where}")
-        shown = {REPRODUCED: "consistent with the model", NOT_REPRODUCED: "inconsistent with the model"}
         parts.append("; ".join(f"{_nics(n)} per node{where}: {o.interval.describe()}" for n, o in per_nic.items())
-                     + f" -> {shown.get(verdict, verdict)}: {reason}")
-    overall = combine_verdicts(verdicts)
+                     + f" -> {reason}")
+        reasons.append(reason)
+    overall = CONTEXT if verdicts and all(v == CONTEXT for v in verdicts) else INCONCLUSIVE
     effs = [e for _, _, group_effs, _ in found for e in group_effs]
     detail = what + _detail(effs, found[0][3])
     if len(found) > 1:
         detail += f" {len(found)} launch groups, Bonferroni-corrected."
-    return Judgement(overall, "; ".join(parts), detail + evidence.excluded_note(), tuple(outcomes), tuple(labels))
+    reason = reasons[0] if len(set(reasons)) == 1 else "the launch groups disagree on the NIC count"
+    return Judgement(overall, "; ".join(parts), detail + evidence.excluded_note(), tuple(outcomes), tuple(labels),
+                     reason=reason)
 
 
 RULES = {"C1": rule_c1}

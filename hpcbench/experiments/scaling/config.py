@@ -37,6 +37,10 @@ class ScalingConfig(Config):
                               max=1000)
     steps: int = param(20, "timed steps per stage, each interleaved with the same step under a no-op hook (the "
                            "communication share); the gate needs >= 10 per stage", min=10, max=100000)
+    calibration_steps: int = param(20, "healthy steps timed before the timed steps of every stage whose gate "
+                                       "decides a step out, steps of their own: their spread is C12's regime fact "
+                                       "(regime.healthy_step_cv), so the gate's own steps are not their yardstick",
+                                   min=10, max=100000)
     gate_limits: dict = param({}, "overrides of the gate's limits by name (step_time_cv, comm_share, read_p99), "
                                   "e.g. {'comm_share': 0.5}; empty: the guide's C12 limits",
                               allowed="names of the gate's thresholds, finite numbers")

@@ -12,14 +12,18 @@ from hpcbench.core.results import expand_labels
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.scaling.config import ScalingConfig
 from hpcbench.practice.gates import GATE_METRICS, GATE_THRESHOLDS, GateResult, GateThreshold, evaluate_gate
+from hpcbench.practice.regime import GATE_REGIME
 
 SUMMARY_KEYS = ["stage", "nodes"]
 #: The driver's record of how the run ended (written by :func:`~hpcbench.experiments.scaling.worker.run_scaling`).
 OUTCOME = "scaling_outcome"
+#: Every rank's record of its healthy calibration before a stage's timed steps: std / mean of those steps
+#: (written by :func:`~hpcbench.experiments.scaling.worker.run_worker`; C12's regime, :mod:`hpcbench.practice.regime`).
+HEALTHY_CV = "healthy_step_cv"
 #: Summary columns in table order (``samples`` and the texts follow).
 COLUMNS = ["stage", "nodes", "ranks", "ran", "steps", "step_p50_ms", "noop_p50_ms", "throughput_p50",
-           "per_node_p50", "efficiency", "gate", "gate_failed", "step_time_cv", "comm_share", "read_p99", "cleared",
-           "stopped_here"]
+           "per_node_p50", "efficiency", "gate", "gate_failed", "step_time_cv", "comm_share", "read_p99", "healthy_cv",
+           "cleared", "stopped_here"]
 
 
 def stage_gate(records: pd.DataFrame, nodes: int, thresholds: Sequence[GateThreshold] = GATE_THRESHOLDS
@@ -29,6 +33,31 @@ def stage_gate(records: pd.DataFrame, nodes: int, thresholds: Sequence[GateThres
     The driver decides with it whether to step out; the summary shows the same result.
     """
     return evaluate_gate(records, thresholds, labels={"nodes": str(nodes)})
+
+
+def stage_spread(records: pd.DataFrame, nodes: int) -> float | None:
+    """The healthy step-time spread the stage on ``nodes`` nodes calibrated before its timed steps, None if none.
+
+    As C12's calibration computes it (:mod:`hpcbench.practice.regime`): each rank's std / mean of its healthy
+    steps (its :data:`HEALTHY_CV` row), the median over ranks.
+    """
+    if records.empty or "metric" not in records.columns:
+        return None
+    rows = expand_labels(records[(records["metric"] == HEALTHY_CV) & records["value"].notna()])
+    if rows.empty or "nodes" not in rows.columns:
+        return None
+    mine = rows[pd.to_numeric(rows["nodes"], errors="coerce") == nodes]
+    return float(mine["value"].astype(float).median()) if len(mine) else None
+
+
+def launch_spread(spreads: Sequence[float | None]) -> float | None:
+    """A launch's regime fact from the spreads of the stages whose gate decided a step out: the largest.
+
+    Every gate the launch ran before a step out must have run in C12's regime for its decisions to speak for C12's
+    gate, so the noisiest calibration decides; a stage that gated without a calibration leaves it unrecorded (None).
+    """
+    got = list(spreads)
+    return None if not got or any(v is None for v in got) else max(got)
 
 
 def _config(records: pd.DataFrame) -> ScalingConfig | None:
@@ -54,7 +83,9 @@ def summarize(records: pd.DataFrame) -> pd.DataFrame:
     ``per_node_p50``; ``efficiency`` (per-node throughput over stage 1's: 1.0 is perfect weak
     scaling); ``gate`` (True / False / None: not measurable), ``gate_failed`` (the failed checks'
     names), ``gate_text`` (:meth:`GateResult.explain`) and the three checks' values
-    (``step_time_cv``, ``comm_share``, ``read_p99`` in s); ``cleared`` (every earlier stage's gate
+    (``step_time_cv``, ``comm_share``, ``read_p99`` in s); ``healthy_cv`` (the stage's healthy
+    calibration before its timed steps, :func:`stage_spread`: C12's regime; NaN where the stage
+    gated nothing or did not record it); ``cleared`` (every earlier stage's gate
     passed: progressive scaling would have reached this stage); ``stopped_here`` (the run stopped
     after this stage); ``outcome`` (how the run ended); ``samples`` (per-node throughput per step,
     the rule's input); ``unit``.
@@ -81,6 +112,7 @@ def summarize(records: pd.DataFrame) -> pd.DataFrame:
         steps = mine[(mine["metric"] == "step_time") & mine["value"].notna()]
         ran = len(tput) > 0
         gate = stage_gate(gate_rows, nodes, thresholds) if ran else None
+        spread = stage_spread(rows, nodes) if ran else None
         per_node = list(tput["value"] / nodes)
         row = {
             "stage": index, "nodes": nodes, "ranks": nodes * cfg.ranks_per_node, "ran": ran, "steps": len(tput),
@@ -90,6 +122,7 @@ def summarize(records: pd.DataFrame) -> pd.DataFrame:
             "gate": None if gate is None else gate.passed,
             "gate_failed": ", ".join(gate.failed) if gate is not None else "",
             "gate_text": gate.explain() if gate is not None else f"not run: {outcome_text}",
+            "healthy_cv": math.nan if spread is None else spread,
             "cleared": cleared, "stopped_here": ran and stopped_at == nodes,
             "unit": str(tput["unit"].iloc[0]) if ran else "", "samples": per_node, "outcome": outcome_text,
         }
@@ -149,8 +182,12 @@ def findings(summary: pd.DataFrame) -> list[str]:
         if not r.ran:
             lines.append(f"stage {r.stage} ({r.nodes} node(s)): not run")
             continue
+        spread = getattr(r, "healthy_cv", math.nan)
+        healthy = (f"; healthy calibration spread {spread:.1%} ({GATE_REGIME.status(spread)}: C12's < "
+                   f"{GATE_REGIME.max_cv:.1%})" if isinstance(spread, float) and math.isfinite(spread) else "")
         lines.append(f"stage {r.stage} ({r.nodes} node(s), {r.ranks} rank(s)): {r.throughput_p50:.4g} {r.unit} "
-                     f"in all, {r.per_node_p50:.4g} per node, efficiency {r.efficiency:.2f}; gate {r.gate_text}")
+                     f"in all, {r.per_node_p50:.4g} per node, efficiency {r.efficiency:.2f}; gate {r.gate_text}"
+                     f"{healthy}")
     if len(summary):
         lines.append(str(summary["outcome"].iloc[0]))
     return lines

@@ -9,6 +9,14 @@ records both step times and their difference (``comm_time``): what the gate's st
 spread and communication share read (:mod:`hpcbench.practice.gates`). The model trains on
 synthetic batches made on the device, so the gate's read P99 is absent, with the reason.
 
+Before the timed steps of every stage whose gate decides a step out (each but the last), every
+rank times ``calibration_steps`` healthy steps of their own and records their spread
+(``healthy_step_cv``, std / mean): C12's regime (:mod:`hpcbench.practice.regime`), calibrated
+as ``practice`` calibrates it before its phases. At the end the driver records the launch's
+regime fact ``regime.healthy_step_cv``: per stage the median over ranks, the largest over the
+stages that gated a step out (:func:`~hpcbench.experiments.scaling.summary.launch_spread`). The
+C13 rule reads only the gates of launches in the regime.
+
 After each stage the driver evaluates the gate on that stage's records and writes it
 (``stage_gate``, ``stage_gate_check``). Before the next stage the gate must pass; otherwise
 the run stops there and ``scaling_outcome`` says after which stage and which check failed, with
@@ -30,8 +38,9 @@ from hpcbench.core.results import RecordWriter, read_records
 from hpcbench.dist.topology import Topology
 from hpcbench.experiments.scaling.config import ScalingConfig
 from hpcbench.experiments.scaling.rules import HOST_CPUS_FACT
-from hpcbench.experiments.scaling.summary import OUTCOME, stage_gate
+from hpcbench.experiments.scaling.summary import HEALTHY_CV, OUTCOME, launch_spread, stage_gate, stage_spread
 from hpcbench.practice.gates import GateResult
+from hpcbench.practice.regime import FACT_HEALTHY_CV, FACT_HEALTHY_STEPS, GATE_REGIME
 
 #: Driver records: the gate per stage and each of its checks (how the run ended: ``OUTCOME``).
 STAGE_GATE, STAGE_GATE_CHECK = "stage_gate", "stage_gate_check"
@@ -49,6 +58,7 @@ def run_worker(cfg: ScalingConfig, topo: Topology, writer: RecordWriter) -> None
     import torch
     import torch.distributed as dist
 
+    from hpcbench.diag.step_breakdown import jitter
     from hpcbench.dist.worker import progress
     from hpcbench.models import MODELS
     from hpcbench.parallel.modes import parallelize
@@ -69,21 +79,32 @@ def run_worker(cfg: ScalingConfig, topo: Topology, writer: RecordWriter) -> None
     runs = {"mode": (model, torch.optim.SGD(model.parameters(), lr=1e-4)),
             "noop": (twin, torch.optim.SGD(twin.parameters(), lr=1e-4))}
     times: dict[str, list[float]] = {"mode": [], "noop": []}
-    for i in range(cfg.warmup_steps + cfg.steps):
-        for comm, (m, opt) in runs.items():  # interleaved: both see the same machine state
-            dist.barrier()
-            sync()
-            t0 = time.perf_counter()
-            spec.loss(m(x), y).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sync()
-            if i >= cfg.warmup_steps:
-                times[comm].append(time.perf_counter() - t0)
+
+    def train_step(comm: str) -> float:
+        m, opt = runs[comm]
+        dist.barrier()
+        sync()
+        t0 = time.perf_counter()
+        spec.loss(m(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        return time.perf_counter() - t0
+
+    labels = {"model": cfg.model, "nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node}
+    for _ in range(cfg.warmup_steps):
+        for comm in runs:
+            train_step(comm)
+    if topo.nodes != cfg.stages[-1]:  # C12's regime: healthy steps of their own before a gate that decides
+        healthy = [train_step("mode") for _ in range(cfg.calibration_steps)]
+        writer.add(HEALTHY_CV, jitter(healthy), "fraction", labels={**labels, "phase": "calibration"},
+                   text=f"std / mean of {len(healthy)} healthy steps before the stage's timed steps (C12's regime)")
+    for _ in range(cfg.steps):
+        for comm in runs:  # interleaved: both see the same machine state
+            times[comm].append(train_step(comm))
     # A step lasts as long as its slowest rank: the throughput counts that one.
     slow = torch.tensor(times["mode"], dtype=torch.float64, device=device)
     dist.all_reduce(slow, op=dist.ReduceOp.MAX)
-    labels = {"model": cfg.model, "nodes": topo.nodes, "ranks_per_node": topo.ranks_per_node}
     for step, (t, t0) in enumerate(zip(times["mode"], times["noop"])):
         writer.add("step_time", t, "s", step=step, labels={**labels, "comm": "mode"})
         writer.add("step_time", t0, "s", step=step, labels={**labels, "comm": "noop"})
@@ -128,6 +149,17 @@ def _write_gate(writer: RecordWriter, index: int, nodes: int, gate: GateResult) 
                    labels={**labels, "check": check.name, "limit": check.limit})
 
 
+def _write_regime(writer: RecordWriter, spreads: list[float | None], cfg: ScalingConfig) -> None:
+    """The launch's regime facts, C12's (:mod:`hpcbench.practice.regime`): the largest healthy calibration spread
+    of the stages that gated a step out; none where a stage gated without one (the launch's gates are then not
+    known to have run in the regime)."""
+    from hpcbench.system.facts import write_facts
+
+    spread = launch_spread(spreads)
+    if spread is not None:
+        write_facts(writer, {FACT_HEALTHY_CV: spread, FACT_HEALTHY_STEPS: float(cfg.calibration_steps)})
+
+
 def run_scaling(task: Any, *, echo: Any = print) -> ScalingRun:
     """Run the stages of ``task`` (a :class:`hpcbench.run.task.Task` of ``scaling``) in order.
 
@@ -148,6 +180,7 @@ def run_scaling(task: Any, *, echo: Any = print) -> ScalingRun:
     done: list[StageRun] = []
     stopped, outcome = None, f"ran every stage ({', '.join(map(str, cfg.stages))} node(s))"
     would_stop: list[str] = []
+    spreads: list[float | None] = []  # the healthy calibration of each stage whose gate decided a step out
     for index, nodes in enumerate(cfg.stages, start=1):
         result = launch(run_worker, cfg, nodes=nodes, ranks_per_node=cfg.ranks_per_node, context=task.context,
                         out_dir=task.out_dir, tag=stage_tag(nodes), backend=cfg.backend, echo=echo)
@@ -155,6 +188,12 @@ def run_scaling(task: Any, *, echo: Any = print) -> ScalingRun:
         gate = stage_gate(records, nodes, thresholds)
         done.append(StageRun(nodes, gate, result.wall_s))
         last = index == len(cfg.stages)
+        if not last:
+            spreads.append(stage_spread(records, nodes))
+            if echo:
+                echo(f"stage {index} ({nodes} node(s)): healthy calibration spread "
+                     + (f"{spreads[-1]:.1%} ({GATE_REGIME.status(spreads[-1])}: C12's < {GATE_REGIME.max_cv:.1%})"
+                        if spreads[-1] is not None else "not recorded"))
         with task.writer(f"stage-n{nodes}") as writer:
             _write_gate(writer, index, nodes, gate)
             if gate.passed is not True and not last:
@@ -167,6 +206,7 @@ def run_scaling(task: Any, *, echo: Any = print) -> ScalingRun:
                 if would_stop:
                     outcome += "; would have stopped " + would_stop[0]
                 writer.add(OUTCOME, float(nodes), "nodes", labels={"stopped": stopped is not None}, text=outcome)
+                _write_regime(writer, spreads, cfg)
         if echo:
             echo(f"stage {index} ({nodes} node(s)): gate {gate.explain()}")
         if stopped is not None:

@@ -6,10 +6,23 @@ Written from the claim's words before any value was looked at.
 overlap made a weather-forecast model's training step 3.2x faster": original 420 ms/step (61 %
 GPU utilisation) -> after communication tuning 310 ms (75 %) -> full optimisation 132 ms (92 %).
 
+**Arithmetic first, then measurement** (:mod:`hpcbench.judge.feasibility`), each stated on its own:
+
+* **The guide's statements** (:func:`guide_consistency`). All three techniques spare communication;
+  a micro-step's compute stays. The original step is 61 % busy, so sparing every byte and wait gives
+  at most 1 / 0.61 = 1.64x (Amdahl), while the guide reports 420 -> 132 ms = 3.18x: its own figures
+  need the busy time per step to fall 256 -> 121 ms, a 2.1x cut of the compute it never describes.
+  C7 is **implausible as stated**, decided by arithmetic; level 1 (1.35x) fits within the cap.
+* **What this platform can show** (:func:`amdahl_reach`): at the busy share ``b`` a group's
+  ``original`` reached, a level whose band's lower edge lies above ``1 / b`` is **not testable
+  here**. At the guide's own 61 % that is level 2, on any platform.
+* **Measurement**: the comparisons below, shown whatever decided.
+
 **The comparisons** (paired per launch: every stage runs in the same launch on the same model,
 data and ranks, interleaved step by step; the value is the geometric mean over launches of
-median(original) / median(stage) of the time per micro-step, with its 95 % Student-t
-interval, the two levels Holm-corrected):
+mean(original) / mean(stage) of the time per micro-step over the timed window, stalls included
+(:data:`~hpcbench.judge.verdict.MEAN_TIME`: "faster" is work over wall time), with its 95 %
+Student-t interval, the two levels Holm-corrected):
 
 * level 1 — ``original / comm_tuned`` against the guide's 420 / 310 = 1.35x;
 * level 2 — ``original / full`` against the guide's 420 / 132 = 3.18x (the guide rounds to 3.2x).
@@ -19,12 +32,12 @@ the others): an optimizer step of ``full`` covers 4 micro-batches, so the ratio 
 sample, as "the step got faster" must when one stage's step holds four times the samples.
 
 **The bands, fixed in advance** (ReFrame's ``(value, lower, upper)``): lower = 1 + 0.8 x the guide's
-gain — 1.28x for level 1, 2.75x for level 2 — and no upper bound. The same standard as C2 and C3
+gain — 1.28x for level 1, 2.75x for level 2 — and no upper bound. The same standard as C3
 (:data:`hpcbench.judge.verdict.GAIN_SHARE`): a gain of at least 80 % of the claimed one supports
 the claim; "faster than the guide" is no failure of "made it faster". Why not 0.8 x the ratio: for
 level 1 that is 1.08x, so 23 % of the claimed gain would count as reproducing it. Both levels must
-be reproduced for C7 to be; either one not reproduced makes C7 not reproduced; a level with no
-counted launch leaves C7 inconclusive.
+be reproduced for C7 to be; either one not reproduced makes C7 not reproduced; a level this platform
+cannot show leaves it not testable; a level with no counted launch leaves C7 inconclusive.
 
 **What counts.** A stage whose loss check failed (final loss more than 5 % from ``original``'s
 after the same samples from the same seed: compression and accumulation must not change what is
@@ -65,14 +78,46 @@ from hpcbench.core.facts import GUIDE_C7_SPEEDUP, GUIDE_C7_STEP_MS, GUIDE_C7_UTI
 from hpcbench.experiments.weather_case.config import GUIDE_REGIME
 from hpcbench.experiments.weather_case.stages import BASELINE
 from hpcbench.guide.claims import Claim
-from hpcbench.judge.evidence import Evidence, Judgement
+from hpcbench.judge.evidence import NOT_TESTABLE, Evidence, Judgement
+from hpcbench.judge.feasibility import Consistency, Reach, amdahl_cap, decide
 from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.judge.verdict import INCONCLUSIVE, NOT_REPRODUCED, gain_reference
-from hpcbench.scale.regime import FACT_RATE, key_launches_by_regime, regime_applies, with_measured_busy
+from hpcbench.judge.verdict import INCONCLUSIVE, MEAN_TIME, NOT_REPRODUCED, gain_reference
+from hpcbench.scale.regime import (FACT_RATE, group_reached_busy, key_launches_by_regime, regime_applies,
+                                   with_measured_busy)
 
 _ORIGINAL, _COMM, _FULL = GUIDE_C7_STEP_MS
 #: The guide's fabric, the link its figures were measured over (C16).
 GUIDE_LINK = "HDR InfiniBand (200 Gb/s)"
+
+def guide_consistency() -> Consistency:
+    """Whether the guide's 3.2x fits its own 61 % utilisation, from the guide's figures alone.
+
+    All three techniques spare communication; the compute of a micro-step stays. A step 61 % busy has
+    39 % to spare, so removing every byte and every wait gives at most 1 / 0.61 = 1.64x (Amdahl). The
+    guide's 420 -> 132 ms needs the busy time itself to fall from 256 to 121 ms, a 2.1x cut of the
+    compute the guide never describes. Level 1 (420 -> 310 ms, 1.35x) fits within the cap; level 2 does not.
+    """
+    util = GUIDE_C7_UTIL[0]
+    cap = amdahl_cap(util)
+    busy = [ms * u for ms, u in zip(GUIDE_C7_STEP_MS, GUIDE_C7_UTIL)]
+    level2 = _ORIGINAL / _FULL
+    return Consistency(
+        holds=level2 <= cap,
+        reason=f"{util:.0%} busy caps communication gains at {cap:.2f}x",
+        arithmetic=f"the original step is {util:.0%} busy ({_ORIGINAL} ms at {util:.0%} utilisation), so sparing all "
+                   f"communication gives at most 1 / {util:.2f} = {cap:.2f}x; the guide reports {_ORIGINAL} -> {_FULL} "
+                   f"ms = {level2:.2f}x, which needs the busy time per step to fall {busy[0]:.0f} -> {busy[2]:.0f} ms "
+                   f"({busy[0] / busy[2]:.1f}x less compute), which the guide never describes; level 1 "
+                   f"({_ORIGINAL / _COMM:.2f}x) fits within the cap")
+
+
+def amdahl_reach(busy: float | None) -> Reach | None:
+    """What a launch whose ``original`` reached ``busy`` can show: communication spared entirely, ``1 / busy``."""
+    if busy is None:
+        return None
+    return Reach(amdahl_cap(busy), f"Amdahl at {BASELINE} {busy:.0%} busy: sparing all communication gives "
+                                   f"1 / {busy:.2f}", needs="a less busy original, beyond the guide's regime")
+
 
 #: The two levels, fixed in advance: original's time per micro-step over the stage's, each against its band.
 LEVELS = (
@@ -127,7 +172,8 @@ def _baseline_busy(summaries: pd.DataFrame) -> dict[tuple[str, str], float]:
 
 def rule_c7(claim: Claim, evidence: Evidence) -> Judgement:
     """C7: time per micro-step of original over comm_tuned (level 1) and over full (level 2), paired per launch."""
-    what = (f"Paired per launch: median time per micro-step (optimizer step / k) of {BASELINE} over comm_tuned "
+    what = (f"Paired per launch: time per micro-step (optimizer step / k) over the timed window, stalls included, "
+            f"of {BASELINE} over comm_tuned "
             f"(level 1, reference >= {LEVELS[0].reference.lower:.2f}x: 80 % of the guide's gain to "
             f"{_ORIGINAL / _COMM:.2f}x) and over full (level 2, >= {LEVELS[1].reference.lower:.2f}x: 80 % of the "
             f"gain to {_ORIGINAL / _FULL:.2f}x); stages whose loss check failed do not count; applies only where "
@@ -138,18 +184,26 @@ def rule_c7(claim: Claim, evidence: Evidence) -> Judgement:
     launches = key_launches_by_regime(with_measured_busy(evidence.launches, _baseline_busy(evidence.summaries)),
                                       GUIDE_REGIME)
     regime_problem = regime_applies(launches, GUIDE_REGIME)
-    judgement = judge_comparisons(dataclasses.replace(evidence, launches=launches), LEVELS,
+
+    def levels(first: pd.Series) -> list[Comparison]:
+        """The two levels, each with what this group's reached regime lets it show (read before any value)."""
+        reach = amdahl_reach(group_reached_busy(launches, first))
+        return [dataclasses.replace(level, reach=reach, estimator=MEAN_TIME) for level in LEVELS]
+
+    judgement = judge_comparisons(dataclasses.replace(evidence, launches=launches), levels,
                                   applies=lambda first: slow_link_problem(first) or regime_problem(first), what=what,
                                   ignore_params=("stages", "calibration_rates", "calibration_steps"))
     missing = [c.label for c in LEVELS if not any(label.startswith(c.label) for label in judgement.labels)]
-    if not missing or not judgement.labels:
-        return judgement
-    # judge_comparisons judges what was measured; C7 needs both levels, so a level that no counted
-    # launch measured (its stage not run, or dropped by its loss check) leaves the claim open.
-    verdict = judgement.verdict if judgement.verdict in (NOT_REPRODUCED, INCONCLUSIVE) else INCONCLUSIVE
-    note = (f" {' and '.join(missing)} measured in no counted launch (stage not run, or dropped by its loss "
-            f"or rank check), so C7 cannot be reproduced on the other level alone.")
-    return Judgement(verdict, judgement.measured, judgement.detail + note, judgement.outcomes, judgement.labels)
+    if missing and judgement.labels:
+        # judge_comparisons judges what was measured; C7 needs both levels, so a level that no counted
+        # launch measured (its stage not run, or dropped by its loss check) leaves the claim open.
+        verdict = judgement.verdict if judgement.verdict in (NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE) \
+            else INCONCLUSIVE
+        note = (f" {' and '.join(missing)} measured in no counted launch (stage not run, or dropped by its loss "
+                f"or rank check), so C7 cannot be reproduced on the other level alone.")
+        judgement = dataclasses.replace(judgement, verdict=verdict, detail=judgement.detail + note,
+                                        reason=judgement.reason if verdict == NOT_TESTABLE else "a level was not measured")
+    return decide(judgement, guide_consistency())
 
 
 RULES = {"C7": rule_c7}

@@ -12,7 +12,10 @@ from hpcbench.experiments.advisor.summary import baseline_records, summarize, ve
 from hpcbench.report.ledger import evaluate_claim
 
 STEPS, B = 12, 2
+#: The config's default layout: with gloo a two-level reduction saves no latency step there.
 PARAMS = {"nodes": 2, "ranks_per_node": 2, "steps": STEPS}
+#: A layout where it saves intra-node steps on gloo too (ring 2 x 3 x 1 = 6 against 4): every regime is judged.
+JUDGED = {"nodes": 3, "ranks_per_node": 2, "steps": STEPS}
 #: The baseline's measured figures per regime: (step s, no-op step s, one sync alone s, buckets, link bit/s),
 #: built so that the advisor sees bandwidth-bound, latency-sensitive and compute-dominated runs.
 BASELINES = {"bandwidth": (1.0, 0.05, 1.0, [1 << 20, 1 << 19], 20e6),
@@ -49,9 +52,9 @@ def advisor_rows(gains=AGREE, *, seed=0, shaped=True, spread=0.02):
     return rows
 
 
-def runs(tmp_path, n=5, gains=AGREE, facts=SHAPED, **kw):
-    return launches(tmp_path, "advisor", lambda k: advisor_rows(gains, seed=k, **kw), n, params=PARAMS, facts=facts,
-                    backend="gloo")
+def runs(tmp_path, n=5, gains=AGREE, facts=SHAPED, params=JUDGED, backend="gloo", **kw):
+    return launches(tmp_path, "advisor", lambda k: advisor_rows(gains, seed=k, **kw), n, params=params, facts=facts,
+                    backend=backend)
 
 
 def test_summary_reads_the_pick_from_the_baselines_records_only(tmp_path):
@@ -104,6 +107,60 @@ def test_c14_inconclusive(tmp_path, case):
         row = evaluate_claim("C14", runs(tmp_path, shaped=False))
         assert "not shaped" in row.detail
     assert row.verdict == "inconclusive", row.measured
+
+
+LATENCY_BEST_NO_SYNC = {**AGREE, "latency": {"quant2bit": 0.9, "hierarchical": 1.0, "no_sync": 2.5}}
+
+
+@pytest.mark.parametrize("gains", [AGREE, LATENCY_BEST_NO_SYNC])
+def test_c14_a_pick_that_cannot_win_on_the_layout_is_not_applicable(tmp_path, gains):
+    # 2 nodes x 2 ranks on gloo: the two-level reduction takes the flat ring's latency steps and adds
+    # stages, so the latency regime's pick (topology optimisation) cannot win whatever the values:
+    # neither agreement nor disagreement, and C14 cannot be reproduced on this layout
+    row = evaluate_claim("C14", runs(tmp_path, gains=gains, params=PARAMS))
+    assert row.verdict == "inconclusive", row.measured
+    why = "not applicable: hierarchical saves no latency step on 2 nodes x 2 ranks (gloo)"
+    assert f"latency: advisor's pick hierarchical (launches: hierarchical 5)" in row.measured
+    assert why in row.measured and row.measured.startswith("2 of 2 regime(s) with a distinguishable best agree")
+    latency = [o for o, label in zip(row.outcomes, row.labels) if label.startswith("latency:")]
+    assert latency and all(o.verdict == "inconclusive" and o.why == why for o in latency)
+    assert len(why.removeprefix("not applicable: ").split()) <= 12
+
+
+def test_c14_a_pick_that_cannot_win_does_not_hide_another_regimes_disagreement(tmp_path):
+    gains = {**AGREE, "compute": {"quant2bit": 0.9, "hierarchical": 1.0, "no_sync": 0.8}}
+    row = evaluate_claim("C14", runs(tmp_path, gains=gains, params=PARAMS))
+    assert row.verdict == "not reproduced", row.measured
+    assert "compute: advisor's pick no_sync" in row.measured and "DISAGREES" in row.measured
+
+
+@pytest.mark.parametrize("params, backend", [(PARAMS, "nccl"), (JUDGED, "gloo")])
+@pytest.mark.parametrize("gains, verdict", [(AGREE, "reproduced"), (LATENCY_BEST_NO_SYNC, "not reproduced")])
+def test_c14_judges_the_latency_regime_where_the_two_level_reduction_saves_steps(tmp_path, params, backend, gains,
+                                                                               verdict):
+    # nccl's intra stages are a reduce-scatter and an all-gather (2 steps against the ring's 4 in the
+    # node); on 3 gloo nodes the ring has 6 intra steps against the two all-reduces' 4
+    row = evaluate_claim("C14", runs(tmp_path, gains=gains, params=params, backend=backend))
+    assert row.verdict == verdict, row.measured
+    assert "not applicable" not in row.measured
+
+
+@pytest.mark.parametrize("nodes, per_node, backend, saves", [
+    (2, 2, "gloo", False), (2, 8, "gloo", False), (2, 2, None, False), (2, 2, "nccl", True),
+    (3, 2, "gloo", True), (4, 8, "nccl", True),
+])
+def test_hierarchical_cannot_win_reads_the_layout_and_backend(nodes, per_node, backend, saves):
+    import pandas as pd
+
+    from hpcbench.experiments.advisor.rules import hierarchical_cannot_win
+
+    launch = pd.Series({"params": json.dumps({"nodes": nodes, "ranks_per_node": per_node}), "backend": backend})
+    why = hierarchical_cannot_win(launch)
+    assert (why is None) == saves, why
+    if not saves:
+        assert why == f"hierarchical saves no latency step on {nodes} nodes x {per_node} ranks (gloo)"
+    assert hierarchical_cannot_win(pd.Series({"params": "{}", "backend": "gloo"})) == \
+        "nodes and ranks per node not recorded"
 
 
 def test_config_refuses_what_cannot_run():

@@ -224,6 +224,6 @@ def test_comm_modes_notebook_runs_tiny(tmp_path):
     assert (df[df["metric"] == "grad_match"]["value"].dropna() == 1.0).all()
     nb = __import__("nbformat").read(tmp_path / "comm_modes.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "PASS" in text and "C3: inconclusive" in text and "C17: inconclusive" in text
+    assert "PASS" in text and "C3: implausible as stated" in text and "C17: inconclusive" in text
     assert "4 KiB (IB MTU) bucket" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)

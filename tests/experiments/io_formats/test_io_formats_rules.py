@@ -72,6 +72,24 @@ def test_c5_staging_on_the_same_device_is_not_applicable_and_not_counted(tmp_pat
     assert staged.verdict == "inconclusive" and "own device" in staged.why
 
 
+@pytest.mark.parametrize("speed", [FAST, {"files": 100.0, "hdf5": 98.0, "tfrecord": 99.0}])
+def test_c5_off_lustre_is_not_applicable_whatever_the_value(tmp_path, speed):
+    # C5's fixes are for C4's Lustre metadata bottleneck: on ext4 neither a gain nor its absence counts
+    row = evaluate_claim("C5", records(tmp_path, speed, fs="ext4 at /"))
+    assert row.verdict == "inconclusive", row.measured
+    assert row.outcomes and all(o.verdict == "inconclusive" for o in row.outcomes)
+    assert all(o.why.startswith("not applicable: the data was on ext4 at /") for o in row.outcomes)
+    assert "Lustre" in row.measured
+
+
+@pytest.mark.parametrize("speed, verdict", [(FAST, "reproduced"),
+                                            ({"files": 100.0, "hdf5": 98.0, "tfrecord": 99.0}, "not reproduced")])
+def test_c5_on_lustre_is_judged(tmp_path, speed, verdict):
+    row = evaluate_claim("C5", records(tmp_path, speed, fs="lustre at /scratch"))
+    assert row.verdict == verdict, row.measured
+    assert "not applicable" not in row.measured
+
+
 def test_c5_inconclusive_with_few_launches(tmp_path):
     row = evaluate_claim("C5", records(tmp_path, FAST, n=2))
     assert row.verdict == "inconclusive" and "n = 2 launches" in row.measured

@@ -14,17 +14,19 @@ GRAD_BYTES = 1_491_200
 SERIES = ((1, True), (4, True), (4, False))
 
 
-def overlap_rows(gain: float = 1.3, *, fewer: float = 4.0, seed: int = 0, spread: float = 0.02,
-                 failed: str = "", models=("weather_tiny",)):
-    """One launch: per model the three series, k=4 with no_sync() at ``gain`` x k=1's samples/s and
-    ``fewer`` x fewer synchronisations per sample; ``failed`` names a check that k=4 no_sync failed."""
+def overlap_rows(gain: float = 1.3, *, k1: float = 0.9, fewer: float = 4.0, seed: int = 0, spread: float = 0.02,
+                 failed: str = "", failed_series: tuple[int, bool] = (4, True), models=("weather_tiny",)):
+    """One launch: per model the three series, k=4 with no_sync() at ``gain`` x the samples/s of k=4
+    synchronising every micro-step (C9's baseline), k=1 at ``k1`` x it, and k=4 with no_sync()
+    ``fewer`` x fewer synchronisations per sample; ``failed`` names a check that ``failed_series``
+    (k, no_sync) failed."""
     rows = []
     for i, model in enumerate(models):
         for k, no_sync in SERIES:
             labels = {"model": model, "micro_steps": k, "no_sync": no_sync, "batch_size": B}
             guide = k == 4 and no_sync
             syncs = k / fewer if guide else (1 if no_sync else k)
-            tput = 100.0 * (gain if guide else 1.0 if k == 1 else 1.1)
+            tput = 100.0 * (gain if guide else k1 if k == 1 else 1.0)
             step = k * B * WORLD / tput
             s = seed * 31 + i * 7 + k + no_sync
             rows += [
@@ -39,7 +41,8 @@ def overlap_rows(gain: float = 1.3, *, fewer: float = 4.0, seed: int = 0, spread
                 ("sync_alone_time", noisy(0.5 * step / max(syncs, 1), 10, spread, s + 3), "s", labels),
             ]
             for check in ("params_agree",) + (("grad_match", "loss_match") if k > 1 else ()):
-                rows.append((check, 0.0 if (guide and check == failed) else 1.0, "bool", labels))
+                failing = (k, no_sync) == failed_series and check == failed
+                rows.append((check, 0.0 if failing else 1.0, "bool", labels))
     return rows
 
 
@@ -92,6 +95,33 @@ def test_c9_works_as_described_when_every_model_gains(tmp_path):
 def test_c9_does_not_work_as_described_without_a_gain(tmp_path):
     row = c9(tmp_path, gain=1.0)
     assert row.verdict == "not reproduced" and row.verdict_text == "does not work as described", row.measured
+
+
+def test_c9_compares_no_sync_with_k4_synchronising_every_micro_step_not_with_k1(tmp_path):
+    # k=4 under no_sync() is 1.3x k=1 but no faster than k=4 synchronising every micro-step: the gain
+    # over k=1 comes from the larger batch per optimizer step, not from the technique
+    row = c9(tmp_path, gain=1.0, k1=1 / 1.3)
+    assert row.verdict == "not reproduced", row.measured
+    label, = row.labels
+    assert "k=4 no_sync / k=4 sync each micro-step" in label and "k=1" not in label
+    gain, = row.outcomes
+    assert gain.interval.high < C9_MIN_GAIN and gain.interval.low > 0.9
+    assert "synchronising every micro-step" in row.detail
+
+
+def test_c9_works_as_described_when_no_sync_beats_its_own_baseline_but_not_k1(tmp_path):
+    # the technique gains 1.3x over k=4 synchronising every micro-step while k=1 is as fast as
+    # k=4 no_sync(): the technique works, whatever k=1 does
+    row = c9(tmp_path, gain=1.3, k1=1.3)
+    assert row.verdict == "reproduced", row.measured
+    gain, = row.outcomes
+    assert gain.interval.low > 1.2
+
+
+def test_c9_a_baseline_that_failed_its_checks_leaves_nothing_to_judge(tmp_path):
+    # the denominator is k=4 synchronising every micro-step: if it failed a check, C9 has no baseline
+    row = c9(tmp_path, gain=1.3, failed="params_agree", failed_series=(4, False))
+    assert row.verdict == "inconclusive" and "k=4 no_sync=False" in row.detail, row.measured
 
 
 @pytest.mark.parametrize("fewer", [2.0, 1.0])

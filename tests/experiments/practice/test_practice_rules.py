@@ -168,6 +168,21 @@ def test_the_regime_is_half_the_gates_limit():
     assert GATE_REGIME.status(0.025) == "out of regime" and GATE_REGIME.status(float("nan")) == "regime not recorded"
 
 
+def test_only_gates_of_launches_in_the_regime_speak_for_c12s_gate():
+    # what a rule that splits its arms by gate decisions (C13) reads: a launch's gates count only where
+    # its calibration is in C12's regime; none there -> inconclusive, naming why
+    launches = pd.DataFrame({FACT_HEALTHY_CV: [0.01, 0.08, float("nan"), 0.024]})
+    assert GATE_REGIME.in_regime(launches) == [True, False, False, True]
+    noisy = pd.DataFrame({FACT_HEALTHY_CV: [0.06, 0.08, 0.07]})
+    assert GATE_REGIME.in_regime(noisy) == [False, False, False]
+    assert GATE_REGIME.no_gate_reason(noisy) == ("inconclusive: no gate ran in C12's regime (healthy step-time "
+                                                 "spread 7.0%, median of 3 calibration(s), vs the guide's < 2.5%)")
+    unrecorded = pd.DataFrame({"cluster": ["emulated cluster, shaped link"] * 2})
+    assert GATE_REGIME.in_regime(unrecorded) == [False, False]
+    assert GATE_REGIME.no_gate_reason(unrecorded).startswith(
+        "inconclusive: no gate ran in C12's regime (no launch calibrated the healthy step-time spread")
+
+
 def test_launches_whose_baseline_failed_do_not_count_their_faults(tmp_path):
     records = pd.concat([write_launch(tmp_path, k, effect={**EFFECT, "none": {"cv": 0.2}} if k < 2 else EFFECT)
                          for k in range(6)], ignore_index=True)

@@ -171,61 +171,100 @@ def _c1(tmp_path, effs, n=6, **kw):
     return evaluate_claim("C1", records)
 
 
-def test_c1_consistent_with_the_model_where_both_nic_counts_put_the_busy_share_below_40_percent(tmp_path):
-    row = _c1(tmp_path, [0.28, 0.3, 0.32])  # so slow a link that even 8 NICs per node stay below 40 %
-    assert row.verdict == "reproduced", row.measured  # the lead words it "consistent with the model" for an anecdote
-    assert "consistent with the model" in row.measured and "6 launches" in row.measured
-    assert [o.verdict for o in row.outcomes] == ["reproduced", "reproduced"]
-    assert all(o.interval.high < C1_REFERENCE.upper for o in row.outcomes)
-    assert row.labels == ("busy share, 1 NIC per node", "busy share, 8 NICs per node")
+NIC_LABELS = ("busy share, 1 NIC per node", "busy share, 2 NICs per node", "busy share, 4 NICs per node",
+              "busy share, 8 NICs per node")
 
 
-def test_c1_inconclusive_where_the_unstated_nic_count_decides(tmp_path):
+@pytest.mark.parametrize("effs, condition, below", [
+    ([0.28, 0.3, 0.32], "consistent at every NIC count, 1-8", 4),  # so slow a link that even 8 NICs stay below
+    ([0.88, 0.9, 0.92], "consistent at <= 4 NICs per node", 3),
+    ([1.35, 1.4, 1.45], "consistent at <= 2 NICs per node", 2),
+])
+def test_c1_is_context_stating_up_to_which_nic_count_the_busy_share_stays_below_40_percent(tmp_path, effs,
+                                                                                          condition, below):
+    # an anecdote gets the condition, not a verdict word: "inconsistent with the model" could never come out
+    row = _c1(tmp_path, effs)
+    assert row.verdict == "context" and row.verdict_text == "context", row.measured
+    assert row.reason == condition and len(row.reason.split()) <= 8
+    assert row.measured.endswith(f"-> {condition}") and "6 launches" in row.measured
+    assert row.labels == NIC_LABELS
+    assert [o.verdict for o in row.outcomes] == ["reproduced"] * below + ["not reproduced"] * (4 - below)
+    assert all(o.interval.high < C1_REFERENCE.upper for o in row.outcomes[:below])
+    assert all(o.interval.low > C1_REFERENCE.upper for o in row.outcomes[below:])
+    assert "consistent with the model" not in row.measured and "inconsistent" not in row.measured
+
+
+def test_c1_detail_states_every_assumption_and_every_nic_count(tmp_path):
     row = _c1(tmp_path, [0.88, 0.9, 0.92])
-    assert row.verdict == "inconclusive", row.measured
-    assert [o.verdict for o in row.outcomes] == ["reproduced", "not reproduced"]
     one, eight = (f"{c1_prediction(0.9, nics=n).busy_share * 100:.0f} %" for n in (1, 8))
-    assert f"the guide does not state the NIC count; 1 NIC: {one}, 8 NICs: {eight}" in row.measured
-    # the detail states every assumption, both NIC counts, where < 40 % does and does not arise, the misestimate,
-    # the efficiency 1 NIC would need, and the memory caveat
-    for words in ("anecdote", "1 NIC and 8 NICs per node", "2048 tokens per GPU per step", "link efficiency measured",
-                  "8 NIC(s), 32-bit gradients", "only for tokens <=", "x line rate", "planner", "ZeRO", "160 GB",
-                  f"1 NIC: compute", "8 NICs: compute"):
+    assert f"busy share {one}" in row.detail and f"busy share {eight}" in row.detail
+    # the detail states every assumption, every NIC count, where < 40 % does and does not arise, the misestimate,
+    # the efficiency each NIC count would need, and the memory caveat
+    for words in ("anecdote", "1, 2, 4, 8 NICs per node", "(1, 2, 4, 8)",
+                  "2048 tokens per GPU per step", "link efficiency measured", "8 NIC(s), 32-bit gradients",
+                  "only for tokens <=", "x line rate", "planner", "ZeRO", "160 GB",
+                  "1 NIC: compute", "2 NICs: compute", "4 NICs: compute", "8 NICs: compute"):
         assert words in row.detail, words
 
 
-def test_c1_inconsistent_with_the_model_where_the_link_would_be_fast_enough(tmp_path):
+def test_c1_says_where_the_next_nic_count_is_undecided(tmp_path):
+    row = _c1(tmp_path, [1.7, 2.3])  # 1 NIC below 40 %, 2 NICs straddle it, 4 and 8 above
+    assert row.verdict == "context", row.measured
+    assert row.reason == "consistent at <= 1 NIC, undecided at 2"
+    assert [o.verdict for o in row.outcomes][:2] == ["reproduced", "inconclusive"]
+    assert "straddles" in row.outcomes[1].why and "0.40 [0.3" in row.measured
+
+
+def test_c1_not_consistent_even_at_one_nic_where_the_link_would_be_fast_enough(tmp_path):
     row = _c1(tmp_path, [9.0, 10.0, 11.0])  # a transport 10x faster than its line rate: synthetic, on purpose
-    assert row.verdict == "not reproduced" and "inconsistent with the model" in row.measured
+    assert row.verdict == "context" and row.reason == "not consistent even at 1 NIC per node", row.measured
     assert all(o.interval.low > C1_REFERENCE.upper for o in row.outcomes)
 
 
-def test_c1_inconclusive_when_the_interval_straddles_40_percent(tmp_path):
-    row = _c1(tmp_path, [3.5, 5.5])  # 1 NIC straddles 40 %, 8 NICs above it
-    assert row.verdict == "inconclusive" and "straddles" in row.measured
+def test_c1_an_interval_straddling_40_percent_at_one_nic_is_not_called_not_consistent(tmp_path):
+    row = _c1(tmp_path, [3.5, 5.5])  # 1 NIC straddles 40 %, 2-8 NICs above it
+    assert row.outcomes[0].verdict == "inconclusive" and "straddles" in row.outcomes[0].why
+    assert "not consistent" not in row.reason
 
 
 def test_c1_inconclusive_with_too_few_launches(tmp_path):
     row = _c1(tmp_path, [0.9], n=3)
-    assert row.verdict == "inconclusive" and "n = 3 launches" in row.measured
+    assert row.verdict == "inconclusive" and "n = 3 launches" in row.measured and "n = 3 launches" in row.reason
 
 
-def test_c1_nic_verdict_covers_every_combination():
-    from hpcbench.experiments.scale_model.rules import nic_verdict
+def test_c1_nic_condition_covers_every_branch():
+    from hpcbench.experiments.scale_model.rules import C1_NIC_COUNTS, nic_condition
     from hpcbench.judge.verdict import Interval, Outcome
 
-    def outcome(verdict, value):
+    def outcome(verdict, value=0.3, launches=5):
         why = "undecided here" if verdict == "inconclusive" else ""
-        return Outcome(verdict, Interval(value, value, value, 5, 1, ""), C1_REFERENCE, why)
+        return Outcome(verdict, Interval(value, value, value, launches, 1, ""), C1_REFERENCE, why)
 
-    cases = {("reproduced", "reproduced"): "reproduced", ("not reproduced", "not reproduced"): "not reproduced",
-             ("reproduced", "not reproduced"): "inconclusive", ("inconclusive", "not reproduced"): "inconclusive",
-             ("reproduced", "inconclusive"): "inconclusive"}
-    for (v1, v8), expected in cases.items():
-        verdict, reason = nic_verdict({1: outcome(v1, 0.2), 8: outcome(v8, 0.5)})
-        assert verdict == expected and "1 NIC: 20 %, 8 NICs: 50 %" in reason, (v1, v8, reason)
-    assert "does not state the NIC count" in nic_verdict({1: outcome("reproduced", 0.2),
-                                                          8: outcome("not reproduced", 0.5)})[1]
+    R, N, I = "reproduced", "not reproduced", "inconclusive"
+    assert C1_NIC_COUNTS == (1, 2, 4, 8)
+    cases = {
+        (R, R, R, R): ("context", "consistent at every NIC count, 1-8"),
+        (R, R, R, N): ("context", "consistent at <= 4 NICs per node"),
+        (R, R, N, N): ("context", "consistent at <= 2 NICs per node"),
+        (R, N, N, N): ("context", "consistent at <= 1 NIC per node"),
+        (R, N, R, R): ("context", "consistent at <= 1 NIC per node"),  # every smaller count must hold too
+        (R, R, I, N): ("context", "consistent at <= 2 NICs, undecided at 4"),
+        (R, I, N, N): ("context", "consistent at <= 1 NIC, undecided at 2"),
+        (R, R, R, I): ("context", "consistent at <= 4 NICs, undecided at 8"),
+        (N, N, N, N): ("context", "not consistent even at 1 NIC per node"),
+        (N, R, R, R): ("context", "not consistent even at 1 NIC per node"),
+    }
+    for verdicts, expected in cases.items():
+        got = nic_condition({n: outcome(v) for n, v in zip(C1_NIC_COUNTS, verdicts)})
+        assert got == expected, (verdicts, got)
+        assert len(got[1].split()) <= 8
+    # too few launches at any count, or no value, leaves the anecdote undecided, with that outcome's reason
+    few = {n: outcome(R) for n in C1_NIC_COUNTS} | {4: Outcome(I, Interval(0.3, 0.2, 0.4, 3, 1, ""), C1_REFERENCE,
+                                                                 "n = 3 launches x 1 steps")}
+    assert nic_condition(few) == ("inconclusive", "n = 3 launches x 1 steps")
+    nan = {n: outcome(R) for n in C1_NIC_COUNTS} | {1: Outcome(I, Interval(math.nan, math.nan, math.nan, 5, 1, ""),
+                                                               C1_REFERENCE)}
+    assert nic_condition(nan) == ("inconclusive", "too few launches")
 
 
 def test_c1_leaves_out_launches_whose_fit_failed_and_names_them(tmp_path):

@@ -2,7 +2,8 @@
 
 Every outcome is reachable: reproduced (cleared stages keep >= 0.8 per-node efficiency; stages the gate
 would have stopped fall below it), not reproduced (a cleared stage scales badly; a stopped configuration
-scales well), inconclusive (too few launches; one loopback; more ranks than the host's CPUs).
+scales well), inconclusive (too few launches; one loopback; more ranks than the host's CPUs; no gate ran in
+C12's regime). Only launches whose gate is C12's (no gate_limits) and ran in C12's regime count.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.experiments import EXPERIMENTS
 from hpcbench.experiments.scaling.config import ScalingConfig
 from hpcbench.experiments.scaling.rules import C13_MIN_EFFICIENCY, HOST_CPUS_FACT
-from hpcbench.experiments.scaling.summary import OUTCOME, findings, stage_gate, summarize, verify_records
+from hpcbench.experiments.scaling.summary import (HEALTHY_CV, OUTCOME, findings, launch_spread, stage_gate,
+                                                  stage_spread, summarize, verify_records)
 from hpcbench.practice.gates import gate_thresholds
+from hpcbench.practice.regime import FACT_HEALTHY_CV, FACT_HEALTHY_STEPS
 from hpcbench.report.ledger import evaluate_claim
 from hpcbench.system.facts import write_facts
 
@@ -28,14 +31,19 @@ STEPS, ITEMS, STEP_S = 12, 8, 0.1
 STAGES = [1, 2, 4]
 #: The emulated cluster's facts on a host with enough CPUs for 4 nodes x 1 rank.
 ROOMY = {**SHAPED, "host_cpus": 16.0}
+#: A healthy calibration spread inside C12's regime (< 2.5 %) and one outside it (a noisy, shared machine).
+QUIET, NOISY = 0.01, 0.06
 
 
 def scaling_launch(tmp_path, *, run_id="run1", k=0, eff=None, comm=None, stages=STAGES, continue_past_gate=False,
-                   facts=ROOMY, spread=0.01, gate_limits=None):
+                   facts=ROOMY, spread=0.01, gate_limits=None, healthy_cv=QUIET):
     """One launch as run_scaling writes it: per stage every rank's step rows, the lead's throughput, the outcome.
 
     ``eff``: nodes -> per-node efficiency against 1 node; ``comm``: nodes -> communication share (the gate fails
     at > 0.3). The run stops after the first stage whose gate fails unless ``continue_past_gate``.
+    ``healthy_cv``: every rank's healthy calibration spread before each stage but the last (a number, or nodes ->
+    number), and the launch's regime fact from them as the driver writes it; None: no calibration recorded (a
+    launch of before the calibration).
     """
     eff, comm = {1: 1.0, **(eff or {})}, comm or {}
     params = {"stages": stages, "ranks_per_node": 1, "steps": STEPS, "continue_past_gate": continue_past_gate,
@@ -44,6 +52,7 @@ def scaling_launch(tmp_path, *, run_id="run1", k=0, eff=None, comm=None, stages=
     ctx = RecordContext(run_id=run_id, experiment="scaling", task_id=f"scaling.r{k}", repetition=k,
                         params=cfg.to_dict())
     frames, stopped, outcome = [], None, f"ran every stage ({', '.join(map(str, stages))} node(s))"
+    spreads = []
     with RecordWriter(tmp_path / f"{run_id}-{k}-facts.parquet", ctx.for_rank(node="n1", rank=0, world_size=1)) as w:
         write_facts(w, {**facts, "host_cpus": facts.get("host_cpus")} if "host_cpus" in facts else facts)
     frames.append(read_records(w.path))
@@ -55,6 +64,9 @@ def scaling_launch(tmp_path, *, run_id="run1", k=0, eff=None, comm=None, stages=
             path = tmp_path / f"{run_id}-{k}-n{nodes}-rank{rank}.parquet"
             with RecordWriter(path, ctx.for_rank(node=f"n{rank + 1}", rank=rank, world_size=nodes)) as w:
                 seed = 1000 * k + 10 * nodes + rank
+                if healthy_cv is not None and i < len(stages) - 1:
+                    cv = healthy_cv.get(nodes) if isinstance(healthy_cv, dict) else healthy_cv
+                    w.add(HEALTHY_CV, cv, "fraction", labels={**labels, "phase": "calibration"})
                 for s, (t, t0) in enumerate(zip(noisy(step, STEPS, spread, seed),
                                                 noisy(step * (1 - share), STEPS, spread, seed + 5))):
                     w.add("step_time", t, "s", step=s, labels={**labels, "comm": "mode"})
@@ -66,19 +78,23 @@ def scaling_launch(tmp_path, *, run_id="run1", k=0, eff=None, comm=None, stages=
             frames.append(read_records(path))
         records = pd.concat(frames, ignore_index=True)
         gate = stage_gate(records, nodes, cfg.thresholds())
+        if i < len(stages) - 1:
+            spreads.append(stage_spread(records, nodes))
         if gate.passed is not True and i < len(stages) - 1 and not continue_past_gate:
             stopped, outcome = nodes, f"stopped after stage {i + 1} ({nodes} node(s)): gate {gate.explain()}"
         if stopped is not None or i == len(stages) - 1:
             path = tmp_path / f"{run_id}-{k}-outcome.parquet"
             with RecordWriter(path, ctx.for_rank(node="n1", rank=0, world_size=1)) as w:
                 w.add(OUTCOME, float(nodes), "nodes", labels={"stopped": stopped is not None}, text=outcome)
+                if launch_spread(spreads) is not None:
+                    write_facts(w, {FACT_HEALTHY_CV: launch_spread(spreads), FACT_HEALTHY_STEPS: 20.0})
             frames.append(read_records(path))
             break
     return pd.concat(frames, ignore_index=True)
 
 
-def scaling_launches(tmp_path, n=6, **kw):
-    return pd.concat([scaling_launch(tmp_path, k=k, **kw) for k in range(n)], ignore_index=True)
+def scaling_launches(tmp_path, n=6, start=0, **kw):
+    return pd.concat([scaling_launch(tmp_path, k=k, **kw) for k in range(start, start + n)], ignore_index=True)
 
 
 # -- config and summary -------------------------------------------------------------------------------
@@ -119,6 +135,9 @@ def test_summary_per_stage_efficiency_and_gate(tmp_path):
     assert list(s["ranks"]) == STAGES and s["per_node_p50"].iloc[0] == pytest.approx(ITEMS / STEP_S, rel=0.05)
     assert verify_records(records, ScalingConfig.from_dict({"steps": STEPS})).ok
     assert findings(s)[-1] == "ran every stage (1, 2, 4 node(s))"
+    # C12's regime: each stage that gates a step out calibrated its healthy spread; the last stage gates nothing
+    assert list(s["healthy_cv"].iloc[:2]) == [QUIET, QUIET] and math.isnan(s["healthy_cv"].iloc[2])
+    assert "healthy calibration spread 1.0% (in regime: C12's < 2.5%)" in findings(s)[1]
 
 
 def test_a_failed_gate_stops_the_run_and_the_summary_says_why(tmp_path):
@@ -214,3 +233,57 @@ def test_host_cpus_is_read_as_a_launch_fact(tmp_path):
     launches = evidence_for("scaling", records, summarize=summarize).launches
     assert launches["host_cpus"].iloc[0] == 16.0
     assert json.loads(launches["params"].iloc[0])["stages"] == STAGES
+    assert launches[FACT_HEALTHY_CV].iloc[0] == QUIET  # C12's regime fact, under C12's name
+
+
+def test_the_regime_fact_is_the_noisiest_calibration_of_the_stages_that_gated(tmp_path):
+    def fact(**kw):
+        records = scaling_launch(tmp_path / str(len(list(tmp_path.iterdir()))), **kw)
+        rows = records[records["metric"] == "fact." + FACT_HEALTHY_CV]
+        return float(rows["value"].iloc[0]) if len(rows) else None
+
+    assert fact(healthy_cv={1: 0.01, 2: 0.04, 4: 0.5}) == 0.04  # the last stage's gate decides no step out
+    assert fact(healthy_cv={1: 0.01, 2: 0.04}, comm={1: 0.5}) == 0.01  # stopped after 1 node: only its gate ran
+    assert fact(healthy_cv=None) is None
+    assert launch_spread([0.01, None]) is None and launch_spread([]) is None
+
+
+# -- C12's regime: only gates that ran in it count ----------------------------------------------------
+
+def test_c13_judges_only_launches_whose_gate_ran_in_c12s_regime(tmp_path):
+    # 6 launches in the regime scale well; 3 on a noisy machine (their gates say nothing about C12's) scale badly
+    quiet = scaling_launches(tmp_path, eff={2: 0.95, 4: 0.9})
+    noisy_ = scaling_launches(tmp_path, n=3, start=6, eff={2: 0.95, 4: 0.3}, healthy_cv=NOISY)
+    row = evaluate_claim("C13", pd.concat([quiet, noisy_], ignore_index=True))
+    assert row.verdict == "reproduced", row.detail
+    assert row.measured == evaluate_claim("C13", quiet).measured  # judged as before, on the launches in the regime
+    assert ("Not judged: 3 of 9 launch(es) with the guide's limits: no gate ran in C12's regime (healthy step-time "
+            "spread 6.0%, median of 3 calibration(s), vs the guide's < 2.5%)") in row.detail
+
+
+def test_c13_inconclusive_when_no_gate_ran_in_c12s_regime(tmp_path):
+    row = evaluate_claim("C13", scaling_launches(tmp_path, eff={2: 0.95, 4: 0.9}, healthy_cv=NOISY))
+    assert row.verdict == "inconclusive", row.detail
+    assert ("inconclusive: no gate ran in C12's regime (healthy step-time spread 6.0%, median of 6 calibration(s), "
+            "vs the guide's < 2.5%)") in row.measured
+    assert "2 nodes, gate passed before" in row.measured  # shown, not counted
+    assert row.reason == "no gate ran in C12's regime"
+    unrecorded = evaluate_claim("C13", scaling_launches(tmp_path / "u", eff={2: 0.95, 4: 0.9}, healthy_cv=None))
+    assert unrecorded.verdict == "inconclusive", unrecorded.detail
+    assert ("inconclusive: no gate ran in C12's regime (no launch calibrated the healthy step-time spread, fact "
+            "regime.healthy_step_cv") in unrecorded.measured
+
+
+def test_c13_launches_with_their_own_gate_limits_are_kept_apart_and_not_counted(tmp_path):
+    # limits of their own fail every gate, and past it those launches scale well: pooled, they would refute C13
+    default = scaling_launches(tmp_path, eff={2: 0.95, 4: 0.9})
+    own = scaling_launches(tmp_path, start=6, eff={2: 0.95, 4: 0.9}, gate_limits={"comm_share": 0.05},
+                           continue_past_gate=True)
+    row = evaluate_claim("C13", pd.concat([default, own], ignore_index=True))
+    assert row.verdict == "reproduced", row.detail
+    assert "gate failed before" not in row.measured and row.measured == evaluate_claim("C13", default).measured
+    assert '6 launch(es) ran the gate with limits of their own (gate_limits {"comm_share": 0.05})' in row.detail
+    only = evaluate_claim("C13", own)
+    assert only.verdict == "inconclusive", only.detail
+    assert ("inconclusive: no gate ran in C12's regime (every launch ran the gate with limits of its own"
+            in only.measured)

@@ -24,7 +24,7 @@ from hpcbench.experiments.scaling.config import ScalingConfig
 from hpcbench.experiments.scaling.summary import summarize, verify_records
 
 #: Tiny stages: gpt2_tiny on 2 sequences of 32 tokens, the fewest steps a verdict accepts.
-TINY = dict(model="gpt2_tiny", batch_size=2, seq_len=32, steps=10, warmup_steps=1)
+TINY = dict(model="gpt2_tiny", batch_size=2, seq_len=32, steps=10, warmup_steps=1, calibration_steps=10)
 #: Limits no CPU step on a shared machine can break: these runs check the mechanics, not the machine.
 LENIENT = {"step_time_cv": 100.0, "comm_share": 100.0}
 #: A short path (slurmd's socket paths max out at 108 bytes), apart from the session cluster's.
@@ -46,6 +46,11 @@ def test_notebook_stops_before_stage_two_when_the_gate_fails_at_stage_one(tmp_pa
     assert len(outcome) == 1 and json.loads(outcome["labels"].iloc[0]) == {"stopped": True}
     assert outcome["text"].iloc[0].startswith("stopped after stage 1 (1 node(s)): gate fails: step_time_cv")
     assert ">= 1e-09" in outcome["text"].iloc[0]
+    # C12's regime: the stage that gated the step out calibrated its healthy spread first, the launch records it
+    healthy = expand_labels(records[records["metric"] == "healthy_step_cv"])
+    assert len(healthy) == 1 and set(healthy["nodes"]) == {1} and set(healthy["phase"]) == {"calibration"}
+    (fact,) = records.loc[records["metric"] == "fact.regime.healthy_step_cv", "value"]
+    assert fact == pytest.approx(healthy["value"].iloc[0]) and fact > 0
     checks = expand_labels(records[records["metric"] == "stage_gate_check"]).set_index("check")
     assert checks.loc["step_time_cv", "text"].startswith("fail:")
     assert checks.loc["comm_share", "text"].startswith("pass:")

@@ -8,12 +8,14 @@ from synthetic import GPU_IB, LOOPBACK, SHAPED, launches, noisy
 from hpcbench.core.errors import ConfigError
 from hpcbench.experiments import EXPERIMENTS
 from hpcbench.experiments.weather_case.config import LOSS_TOLERANCE, WeatherCaseConfig
+from hpcbench.experiments.weather_case import rules
 from hpcbench.experiments.weather_case.present import present_weather_case
-from hpcbench.experiments.weather_case.rules import LEVELS, platform_differences
+from hpcbench.experiments.weather_case.rules import LEVELS, amdahl_reach, guide_consistency, platform_differences
 from hpcbench.experiments.weather_case.stages import STAGE_NAMES, STAGES
 from hpcbench.experiments.weather_case.summary import guide_table, summarize, verify_records
 from hpcbench.experiments.weather_case.traffic import (compressed_node_bytes, flat_node_bytes,
                                                        hierarchical_node_bytes)
+from hpcbench.judge.feasibility import Consistency
 from hpcbench.present.kit import ExperimentData
 from hpcbench.report.ledger import evaluate_claim
 
@@ -32,15 +34,18 @@ BASE_S = 0.2  # original's time per micro-step in these synthetic launches
 
 
 def case_rows(speedups: dict[str, float], *, seed: int = 0, losses: dict[str, float] | None = None,
-              busy: float = 0.6, agree: bool = True, spread: float = 0.02):
+              busy: float = 0.6, agree: bool = True, spread: float = 0.02, stalls: dict[str, float] | None = None):
     """One launch: every stage of ``speedups`` at BASE_S / speed-up per micro-step, its no-op twin at
-    ``busy`` of its step, final losses (default: original's 0.01 for all)."""
+    ``busy`` of its step, final losses (default: original's 0.01 for all); ``stalls``: stage -> how many
+    times longer its first micro-step takes."""
     rows = [("loss_initial", 0.04, "MSE", {})]
     losses = losses or {}
+    stalls = stalls or {}
     for i, (stage, speedup) in enumerate(speedups.items()):
         k = STAGES.get(stage).micro_steps(4)
         labels = {"stage": stage}
         micro = noisy(BASE_S / speedup, spread=spread, seed=seed * 101 + i)
+        micro[0] *= stalls.get(stage, 1.0)
         rows += [("micro_steps", k, "", labels, STAGES.get(stage).setup(4.0, 4, ["layer_norm"])),
                  ("loss_final", losses.get(stage, 0.01), "MSE", labels),
                  ("ranks_agree", 1.0 if agree else 0.0, "bool", labels),
@@ -60,6 +65,9 @@ def c7(tmp_path, speedups, n=6, facts=GUIDE, backend="gloo", params=PARAMS, **kw
 
 
 GUIDE_LIKE = {"original": 1.0, "comm_tuned": 1.5, "full": 3.5, "no_sync_only": 1.2}
+#: What a platform in the guide's regime (original 62 % busy: at most 1 / 0.62 = 1.61x) can produce: level 1
+#: inside its band (>= 1.28x), level 2 far below its (>= 2.75x) since no communication gain goes past the cap.
+PLAUSIBLE = {"original": 1.0, "comm_tuned": 1.45, "full": 1.55, "no_sync_only": 1.2}
 
 
 # -- the summary ----------------------------------------------------------------------------------
@@ -109,58 +117,160 @@ def test_summary_of_no_records_is_empty_with_the_columns(tmp_path):
     assert summarize(records).empty and "samples" in summarize(records).columns
 
 
-# -- C7: every outcome --------------------------------------------------------------------------------
+# -- C7: the guide's consistency (arithmetic, whatever was measured) ---------------------------------------
 
-def test_c7_reproduced_when_both_levels_reach_their_bands_on_the_shaped_link(tmp_path):
-    row, _ = c7(tmp_path, GUIDE_LIKE)
-    assert row.verdict == "reproduced", row.measured
-    assert "level 1: original / comm_tuned: 1.50x" in row.measured and "reference >= 1.28x" in row.measured
-    assert "level 2: original / full: 3.50x" in row.measured and "reference >= 2.75x" in row.measured
-    assert "6 launches x 12 steps" in row.measured and len(row.outcomes) == 2
+@pytest.fixture
+def consistent_guide(monkeypatch):
+    """The guide's statements taken as consistent, so that the measurement decides (tests of that part alone)."""
+    monkeypatch.setattr(rules, "guide_consistency", lambda: Consistency(True, "taken as consistent", "test"))
+
+
+def test_the_guides_figures_do_not_fit_together():
+    stated = guide_consistency()
+    assert not stated.holds
+    assert "1.64x" in stated.reason and len(stated.reason.split()) <= 8
+    # 61 % busy caps a communication-only gain at 1 / 0.61, level 2 claims 420 / 132; level 1 fits within the cap
+    assert 1 / 0.61 == pytest.approx(1.64, abs=0.005) and 420 / 132 == pytest.approx(3.18, abs=0.005)
+    assert "1 / 0.61 = 1.64x" in stated.arithmetic and "420 -> 132 ms = 3.18x" in stated.arithmetic
+    assert "256 -> 121 ms" in stated.arithmetic and "level 1 (1.35x) fits within the cap" in stated.arithmetic
+
+
+def test_c7_reads_implausible_decided_by_arithmetic_with_the_measurement_shown(tmp_path):
+    row, _ = c7(tmp_path, PLAUSIBLE)
+    assert row.verdict == "implausible as stated" and row.decided_by == "arithmetic", row.measured
+    assert row.reason == guide_consistency().reason and "1.64x" in row.reason
+    assert row.consistency.startswith("Guide's statements: implausible as stated (")
+    assert "Measured here, shown and not deciding" in row.detail
+    # the measured comparisons are still computed and shown, each read on its own
+    assert len(row.outcomes) == 2 and [o.verdict for o in row.outcomes] == ["reproduced", "not testable here"]
+    assert "level 1: original / comm_tuned: 1.45x" in row.measured and "reference >= 1.28x" in row.measured
+    assert "level 2: original / full: 1.55x" in row.measured and "reference >= 2.75x" in row.measured
     # the platform differences are stated from the recorded facts: the link the judged steps ran on
     assert "300 Mbit/s" in row.detail and "1/667 of the guide's 200 Gb/s" in row.detail
     assert "61% busy +-5 points" in row.detail and "256 ms computing" in row.detail
     assert "gloo against the guide's NCCL" in row.detail and "CPU cores" in row.detail
 
 
-def test_c7_not_reproduced_when_full_is_far_below_its_band(tmp_path):
-    row, _ = c7(tmp_path, {"original": 1.0, "comm_tuned": 1.5, "full": 1.3})
-    assert row.verdict == "not reproduced", row.measured
-    assert "level 1: original / comm_tuned: 1.50x" in row.measured and "-> reproduced" in row.measured
+@pytest.mark.parametrize("speedups, kw", [
+    (PLAUSIBLE, {}),
+    ({"original": 1.0, "comm_tuned": 1.05, "full": 1.1}, {}),       # level 1 below its band
+    (PLAUSIBLE, {"n": 3}),                                          # too few launches
+    (PLAUSIBLE, {"facts": LOOPBACK}),                               # no slow link
+    ({"original": 1.0, "comm_tuned": 1.1, "full": 1.15}, {"facts": {**SHAPED, **regime(0.85)}}),  # regime missed
+    (PLAUSIBLE, {"params": FIXED}),                                 # context rows only
+])
+def test_c7_is_implausible_as_stated_whatever_was_measured(tmp_path, speedups, kw):
+    row, _ = c7(tmp_path, speedups, **kw)
+    assert row.verdict == "implausible as stated" and row.decided_by == "arithmetic", row.measured
+    assert len(row.outcomes) == 2 and "Measured here, shown and not deciding" in row.detail
 
 
-def test_c7_inconclusive_with_too_few_launches_even_for_large_gains(tmp_path):
-    row, _ = c7(tmp_path, {"original": 1.0, "comm_tuned": 3.0, "full": 6.0}, n=3)
-    assert row.verdict == "inconclusive" and "n = 3 launches" in row.measured
+# -- C7: what this platform can show (the Amdahl cap at the reached busy share) ------------------------------
+
+def test_level_2_is_not_testable_anywhere_in_the_guides_regime():
+    # The regime gate judges only launches whose original reached 61 % +-5 points busy (a launch outside it is
+    # "inconclusive: regime ...", fixed-link launches are context), so a judged group's cap is at most
+    # 1 / 0.56 = 1.79x: level 2's band (>= 2.75x) is never reachable there, and C7 can never be "reproduced"
+    # by measurement; level 1's band (>= 1.28x) always is.
+    level1, level2 = LEVELS
+    for busy in (0.56, 0.58, 0.61, 0.62, 0.64, 0.66):
+        reach = amdahl_reach(busy)
+        assert reach.cap == pytest.approx(1 / busy)
+        assert reach.blocks(level2.reference) and not reach.blocks(level1.reference), busy
+    assert amdahl_reach(None) is None
+    assert "caps it at 1.61x" in amdahl_reach(0.62).describe(level2.reference)
+    assert "under the band's 2.75x" in amdahl_reach(0.62).describe(level2.reference)
 
 
-@pytest.mark.parametrize("speedups", [GUIDE_LIKE, {"original": 1.0, "comm_tuned": 1.0, "full": 1.0}])
-def test_c7_without_a_slow_link_is_inconclusive_whatever_the_values(tmp_path, speedups):
+# -- C7: the measurement, the guide's consistency taken as holding --------------------------------------------
+
+def test_c7_level_1_reproduced_and_level_2_not_testable_in_the_guides_regime(tmp_path, consistent_guide):
+    row, _ = c7(tmp_path, PLAUSIBLE)
+    assert row.verdict == "not testable here" and row.decided_by == "arithmetic", row.measured
+    assert row.reason == "this platform caps it at 1.61x" and len(row.reason.split()) <= 8
+    assert row.consistency == "Guide's statements: consistent (test)."
+    level1, level2 = row.outcomes
+    assert level1.verdict == "reproduced" and level1.interval.estimate == pytest.approx(1.45, rel=0.03)
+    # level 2's interval is still shown, beside the cap that rules its band out
+    assert level2.verdict == "not testable here" and level2.interval.estimate == pytest.approx(1.55, rel=0.03)
+    assert level2.why.startswith("not testable here: this platform caps it at 1.61x (Amdahl at original 62% busy")
+    assert "under the band's 2.75x" in level2.why
+    assert "6 launches x 12 steps" in row.measured
+
+
+def test_c7_level_1_inconclusive_leaves_the_claim_not_testable(tmp_path, consistent_guide):
+    # level 1 at its band's lower edge, noisy steps: the interval straddles 1.28x
+    row, _ = c7(tmp_path, {"original": 1.0, "comm_tuned": 1.28, "full": 1.3}, spread=0.3)
+    assert [o.verdict for o in row.outcomes] == ["inconclusive", "not testable here"], row.measured
+    assert row.outcomes[0].interval.low < LEVELS[0].reference.lower < row.outcomes[0].interval.high
+    assert row.verdict == "not testable here" and row.decided_by == "arithmetic"
+
+
+def test_c7_not_reproduced_when_level_1_is_below_its_band(tmp_path, consistent_guide):
+    # a required part measured outside its band fails the claim, whatever the untestable level
+    row, _ = c7(tmp_path, {"original": 1.0, "comm_tuned": 1.05, "full": 1.1})
+    assert row.verdict == "not reproduced" and row.decided_by == "measurement", row.measured
+    assert [o.verdict for o in row.outcomes] == ["not reproduced", "not testable here"]
+    assert "level 1: original / comm_tuned: 1.05x" in row.measured
+
+
+def test_c7_time_per_micro_step_counts_stalled_steps(tmp_path, consistent_guide):
+    # comm_tuned's typical step is 1.45x faster, but one step in twelve stalls 10x in every launch: over the
+    # window (mean time per micro-step) it is slower than original, so level 1 is not reproduced
+    row, _ = c7(tmp_path, PLAUSIBLE, stalls={"comm_tuned": 10.0})
+    assert row.outcomes[0].interval.estimate < 1.0 and row.verdict == "not reproduced", row.measured
+
+
+def test_c7_where_both_bands_would_be_reachable_the_regime_gate_leaves_it_inconclusive(tmp_path, consistent_guide):
+    # an original 30 % busy caps at 3.33x, above both bands, but it is outside the guide's regime: the levels are
+    # not judged there, so level 2 can only ever be "not testable here" (see the test above)
+    row, _ = c7(tmp_path, {"original": 1.0, "comm_tuned": 2.0, "full": 3.0}, facts={**SHAPED, **regime(0.3)})
+    assert row.verdict == "inconclusive" and row.decided_by == "measurement", row.measured
+    assert all(o.why == "inconclusive: regime 30% busy (original) vs the guide's 61% (+-5 points)"
+               for o in row.outcomes)
+    assert "not testable" not in row.measured and "not reproduced" not in row.measured
+
+
+def test_c7_inconclusive_with_too_few_launches_and_level_2_still_not_testable(tmp_path, consistent_guide):
+    row, _ = c7(tmp_path, PLAUSIBLE, n=3)
+    assert row.outcomes[0].verdict == "inconclusive" and "n = 3 launches" in row.measured
+    assert row.outcomes[1].verdict == "not testable here"
+    assert row.verdict == "not testable here", row.measured
+
+
+@pytest.mark.parametrize("speedups", [PLAUSIBLE, {"original": 1.0, "comm_tuned": 1.0, "full": 1.0}])
+def test_c7_without_a_slow_link_is_inconclusive_whatever_the_values(tmp_path, consistent_guide, speedups):
     row, _ = c7(tmp_path, speedups, facts=LOOPBACK)
     assert row.verdict == "inconclusive" and "not applicable" in row.measured and "loopback" in row.measured
+    assert "not testable" not in row.measured  # not applicable is asked first
     assert "no shaped link rate recorded" in row.detail
 
 
-def test_c7_applies_on_real_slurm_nodes_and_names_their_gpus(tmp_path):
-    row, _ = c7(tmp_path, GUIDE_LIKE, facts={**GPU_IB, **regime(0.58, float("nan"))}, backend="nccl")
-    assert row.verdict == "reproduced" and "8 GPU(s) per node recorded" in row.detail
+def test_c7_applies_on_real_slurm_nodes_and_names_their_gpus(tmp_path, consistent_guide):
+    row, _ = c7(tmp_path, PLAUSIBLE, facts={**GPU_IB, **regime(0.58, float("nan"))}, backend="nccl")
+    assert row.verdict == "not testable here" and row.reason == "this platform caps it at 1.72x", row.measured
+    assert row.outcomes[0].verdict == "reproduced" and "8 GPU(s) per node recorded" in row.detail
 
 
-def test_c7_a_stage_whose_loss_check_failed_does_not_count(tmp_path):
-    # full is 3.5x faster but learned something else in every launch: level 2 has nothing to judge.
-    row, _ = c7(tmp_path, GUIDE_LIKE, losses={"full": 0.02})
-    assert row.verdict == "inconclusive", row.measured
+def test_c7_a_stage_whose_loss_check_failed_does_not_count(tmp_path, consistent_guide):
+    # full learned something else in every launch: level 2 has nothing to judge
+    row, _ = c7(tmp_path, PLAUSIBLE, losses={"full": 0.02})
+    assert row.verdict == "inconclusive" and row.reason == "a level was not measured", row.measured
     assert "level 2: original / full measured in no counted launch" in row.detail
     assert "learned something else" in row.detail and "level 2" not in row.measured
+    # comm_tuned dropped instead: level 2 alone is still not testable here
+    row, _ = c7(tmp_path / "b", PLAUSIBLE, losses={"comm_tuned": 0.02})
+    assert row.verdict == "not testable here" and row.reason == "this platform caps it at 1.61x", row.measured
+    assert "level 1: original / comm_tuned measured in no counted launch" in row.detail
 
 
-def test_c7_not_reproduced_stays_when_the_other_level_is_dropped(tmp_path):
-    row, _ = c7(tmp_path, {"original": 1.0, "comm_tuned": 1.0, "full": 3.5}, losses={"full": 0.02})
+def test_c7_not_reproduced_stays_when_the_other_level_is_dropped(tmp_path, consistent_guide):
+    row, _ = c7(tmp_path, {"original": 1.0, "comm_tuned": 1.0, "full": 1.5}, losses={"full": 0.02})
     assert row.verdict == "not reproduced" and "measured in no counted launch" in row.detail
 
 
 def test_c7_failed_tasks_never_count(tmp_path):
-    records = launches(tmp_path, "weather_case", lambda k: case_rows(GUIDE_LIKE, seed=k), 6, params=PARAMS,
+    records = launches(tmp_path, "weather_case", lambda k: case_rows(PLAUSIBLE, seed=k), 6, params=PARAMS,
                        facts=GUIDE, backend="gloo")
     statuses = {(run, task): ("failed" if task.endswith("r0") else "done")
                 for run, task in zip(records["run_id"], records["task_id"])}
@@ -170,39 +280,46 @@ def test_c7_failed_tasks_never_count(tmp_path):
 
 # -- C7: the regime (dynamic similarity) -------------------------------------------------------------------
 
-@pytest.mark.parametrize("speedups", [GUIDE_LIKE, {"original": 1.0, "comm_tuned": 1.0, "full": 1.3}])
-def test_c7_calibrated_launches_that_missed_the_regime_are_inconclusive_never_not_reproduced(tmp_path, speedups):
+@pytest.mark.parametrize("speedups", [{"original": 1.0, "comm_tuned": 1.1, "full": 1.15},
+                                      {"original": 1.0, "comm_tuned": 1.0, "full": 1.0}])
+def test_c7_calibrated_launches_that_missed_the_regime_are_inconclusive_never_not_reproduced(
+        tmp_path, consistent_guide, speedups):
     row, _ = c7(tmp_path, speedups, facts={**SHAPED, **regime(0.85)})
     assert row.verdict == "inconclusive", row.measured
     assert "inconclusive: regime 85% busy (original) vs the guide's 61% (+-5 points)" in row.measured
-    assert "not reproduced" not in row.measured
+    assert "not reproduced" not in row.measured and "not testable" not in row.measured
 
 
-def test_c7_regime_band_is_five_points_either_side(tmp_path):
-    assert c7(tmp_path / "a", GUIDE_LIKE, facts={**SHAPED, **regime(0.655)})[0].verdict == "reproduced"
-    assert c7(tmp_path / "b", GUIDE_LIKE, facts={**SHAPED, **regime(0.565)})[0].verdict == "reproduced"
-    assert c7(tmp_path / "c", GUIDE_LIKE, facts={**SHAPED, **regime(0.665)})[0].verdict == "inconclusive"
+def test_c7_regime_band_is_five_points_either_side(tmp_path, consistent_guide):
+    for name, reached, cap in (("a", 0.655, 1.53), ("b", 0.565, 1.77)):
+        row = c7(tmp_path / name, PLAUSIBLE, facts={**SHAPED, **regime(reached)})[0]
+        assert row.verdict == "not testable here" and row.reason == f"this platform caps it at {cap:.2f}x"
+        assert row.outcomes[0].verdict == "reproduced", row.measured
+    row = c7(tmp_path / "c", PLAUSIBLE, facts={**SHAPED, **regime(0.665)})[0]
+    assert row.verdict == "inconclusive" and all(o.why.startswith("inconclusive: regime") for o in row.outcomes)
 
 
 @pytest.mark.parametrize("params", [FIXED, {k: v for k, v in PARAMS.items() if k != "regime"}])
-def test_c7_fixed_link_launches_are_context_rows_with_their_regime(tmp_path, params):
-    # the values would reproduce, but a fixed link is not the guide's regime; records made before the
+def test_c7_fixed_link_launches_are_context_rows_with_their_regime(tmp_path, consistent_guide, params):
+    # the values would reproduce level 1, but a fixed link is not the guide's regime; records made before the
     # parameter existed count as fixed
-    row, _ = c7(tmp_path, GUIDE_LIKE, facts=SHAPED, params=params)
+    row, _ = c7(tmp_path, PLAUSIBLE, facts=SHAPED, params=params)
     assert row.verdict == "inconclusive", row.measured
     assert "context: a fixed link, original at 60% busy against the guide's 61%" in row.measured
-    assert "3.50x" in row.measured  # the context row still shows what was measured
+    assert "1.45x" in row.measured and "1.55x" in row.measured  # the context rows still show what was measured
+    assert "not testable" not in row.measured
 
 
-def test_c7_judges_only_the_calibrated_launches_beside_fixed_context_rows(tmp_path):
-    calibrated = launches(tmp_path, "weather_case", lambda k: case_rows(GUIDE_LIKE, seed=k), 6, params=PARAMS,
+def test_c7_judges_only_the_calibrated_launches_beside_fixed_context_rows(tmp_path, consistent_guide):
+    calibrated = launches(tmp_path, "weather_case", lambda k: case_rows(PLAUSIBLE, seed=k), 6, params=PARAMS,
                           facts=GUIDE, backend="gloo")
     fixed = launches(tmp_path, "weather_case", lambda k: case_rows({"original": 1.0, "comm_tuned": 1.0, "full": 1.1},
                                                                     seed=k, busy=0.85), 6,
                      params=FIXED, facts=SHAPED, backend="gloo", run_id="run2")
     row = evaluate_claim("C7", pd.concat([calibrated, fixed], ignore_index=True))
-    assert row.verdict == "reproduced", row.measured
+    assert row.verdict == "not testable here" and row.decided_by == "arithmetic", row.measured
     assert len(row.outcomes) == 4 and sum("context: a fixed link" in o.describe() for o in row.outcomes) == 2
+    assert sorted(o.verdict for o in row.outcomes if "context" not in o.why) == ["not testable here", "reproduced"]
     assert "context: a fixed link, original at 85% busy" in row.measured
 
 

@@ -78,10 +78,12 @@ def test_loss_check_ran_on_every_stage_and_exact_reductions_learned_the_same(not
     assert ((s["loss_ok"] == s["ok"]) | ~s["ranks_agree"]).all()
 
 
-def test_notebook_prints_the_check_and_an_inconclusive_verdict_on_one_loopback(notebook_run):
+def test_notebook_prints_the_check_and_the_verdict_on_one_loopback(notebook_run):
     _, _, text, _ = notebook_run
     assert "PASS" in text or "FAIL" in text
-    assert "C7: inconclusive" in text and "not applicable: ran on emulated nodes, one loopback" in text
+    # the measurement is not applicable on one loopback, and the guide's own figures (61 % busy caps a
+    # communication-only gain at 1.64x, level 2 claims 3.18x) make the verdict whatever was measured
+    assert "C7: implausible as stated" in text and "not applicable: ran on emulated nodes, one loopback" in text
 
 
 def test_without_a_cluster_the_regime_is_measured_not_steered(notebook_run):
