@@ -157,6 +157,27 @@ def prepare_run_dir(run_dir: Path, suite: Suite, backend: str) -> None:
     write_json_atomic(run_dir / "suite.json", suite.to_dict())
 
 
+def extend_run(run_dir: Path, extra: list[TaskSpec]) -> None:
+    """Add ``extra`` tasks to an existing run: listed in ``suite.json`` and ``run.json``, each ``pending``.
+
+    A resume (:func:`hpcbench.run.runner.resume_suite`) then runs them like any task not yet done. Tasks
+    already listed are refused: nothing already written is replaced.
+
+    Raises:
+        HpcbenchError: a task id the run already lists.
+    """
+    suite, info = load_run(run_dir)
+    have = {t.task_id for t in suite.tasks}
+    clash = sorted(t.task_id for t in extra if t.task_id in have)
+    if clash:
+        raise HpcbenchError(f"{run_dir}: tasks {clash} are already in the run; nothing added")
+    grown = Suite(suite.name, suite.description, [*suite.tasks, *extra], suite.source, suite.oversubscribe)
+    write_json_atomic(run_dir / "suite.json", grown.to_dict())
+    write_json_atomic(run_dir / "run.json", {**info, "tasks": [t.task_id for t in grown.tasks]})
+    for spec in extra:
+        write_status(run_dir, TaskStatus.for_task(spec))
+
+
 def tasks_to_resume(run_dir: Path, suite: Suite) -> list[TaskSpec]:
     """The tasks of a run that are not done: failed, never finished, or missing."""
     done = {s.task_id for s in read_statuses(run_dir) if s.state == "done"}
