@@ -40,10 +40,9 @@ def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.experiments import EXPERIMENTS, get_claim
+    from hpcbench.guide.claims import KINDS
     from hpcbench.run.suite import shipped_suites
-
-    from hpcbench.guide.claims import KINDS, get_claim
 
     rows = []
     for name in EXPERIMENTS:

@@ -29,12 +29,13 @@ from pathlib import Path
 import pandas as pd
 
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.core.facts import GUIDE_GPUS_PER_NODE, LINK_PEAKS_GBPS
+from hpcbench.core.facts import LINK_PEAKS_GBPS
 from hpcbench.core.results import find_record_files, read_records
+from hpcbench.guide.statements import FABRIC, GPUS_PER_NODE
 from hpcbench.judge.verdict import MIN_LAUNCHES
 
 NVLINK_GBPS = LINK_PEAKS_GBPS["NVLink 3 (A100, per GPU)"]
-HDR_GBPS = LINK_PEAKS_GBPS["HDR InfiniBand (200 Gb/s)"]
+HDR_GBPS = LINK_PEAKS_GBPS[FABRIC]
 #: A shipped suite: one 16 MiB all_reduce inside one node of 2 ranks.
 CALIBRATION_SUITE = "reproduce-calibration"
 RANKS_PER_NODE = 2
@@ -44,9 +45,9 @@ MIN_LINK_MBIT, MAX_LINK_MBIT = 10, 10_000
 
 def guide_ratio(nics_per_node: int) -> float:
     """Per-GPU intra-node over inter-node bandwidth on the guide's platform."""
-    if not 1 <= nics_per_node <= GUIDE_GPUS_PER_NODE:
-        raise HpcbenchError(f"nics_per_node must be 1..{GUIDE_GPUS_PER_NODE}, got {nics_per_node}")
-    return NVLINK_GBPS / (HDR_GBPS * nics_per_node / GUIDE_GPUS_PER_NODE)
+    if not 1 <= nics_per_node <= GPUS_PER_NODE:
+        raise HpcbenchError(f"nics_per_node must be 1..{GPUS_PER_NODE}, got {nics_per_node}")
+    return NVLINK_GBPS / (HDR_GBPS * nics_per_node / GPUS_PER_NODE)
 
 
 def link_rate_mbit(intra_gbps: float, nics_per_node: int, ranks_per_node: int = RANKS_PER_NODE) -> int:

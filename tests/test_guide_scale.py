@@ -13,14 +13,15 @@ import pandas as pd
 import pytest
 
 from hpcbench.core.errors import ConfigError
-from hpcbench.core.facts import GUIDE_C3_GPT2, GUIDE_C3_RESNET
+from hpcbench.experiments.comm_modes.claims import GUIDE_C3_GPT2, GUIDE_C3_RESNET
 from hpcbench.experiments import EXPERIMENTS, rule_owners
 from hpcbench.experiments.batch_scaling.prediction import predict_c2
 from hpcbench.experiments.comm_modes.prediction import predict_c3
 from hpcbench.experiments.gradient_compression.prediction import predict_c8
 from hpcbench.experiments.overlap.prediction import predict_c9
 from hpcbench.experiments.weather_case.prediction import predict_c7
-from hpcbench.guide.claims import ClaimError, get_claim
+from hpcbench.experiments import get_claim
+from hpcbench.guide.claims import ClaimError
 from hpcbench.judge.evidence import Evidence
 from hpcbench.report.ledger import evaluate_claim, prediction_owners
 from hpcbench.scale.guide_scale import (GUIDE_NODES, NIC_COUNTS, MeasuredInputs, params_for_comm, predictor,

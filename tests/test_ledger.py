@@ -14,7 +14,10 @@ import hpcbench
 from hpcbench.core import facts, units
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.experiments import EXPERIMENTS, rule_owners
-from hpcbench.guide.claims import CLAIMS, KINDS, ClaimError, get_claim
+from hpcbench.experiments import all_claims, get_claim
+from hpcbench.guide.claims import KINDS, ClaimError
+
+CLAIMS = all_claims()
 from hpcbench.judge.evidence import NO_VALUE, VERDICTS, verdict_words
 from hpcbench.report.ledger import evaluate_claim, evaluate_claims
 
@@ -276,7 +279,9 @@ def test_report_shows_the_model_and_the_guides_arithmetic_apart():
 
 def test_predicted_arithmetic_from_the_guides_figures():
     predicted = get_claim("C3").predicted
-    for base, new, stated in (facts.GUIDE_C3_RESNET, facts.GUIDE_C3_GPT2):
+    from hpcbench.experiments.comm_modes.claims import GUIDE_C3_GPT2, GUIDE_C3_RESNET
+
+    for base, new, stated in (GUIDE_C3_RESNET, GUIDE_C3_GPT2):
         gain = (new / base - 1) * 100
         assert round(gain, 1) == stated and f"+{gain:.1f} %" in predicted
     assert predicted.count("matches the guide") == 2

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHROMIUM_FLAGS, REPO
-from hpcbench.guide.claims import CLAIMS
+from hpcbench.experiments import all_claims
 from hpcbench.judge.verdict import Interval, Reference
 from hpcbench.report.ledger_page import ROW_WORD_BUDGET, interval_text, normalise
 
@@ -49,7 +49,7 @@ def _rows(page: str, table_id: str) -> list[list[str]]:
 def test_one_row_per_claim_within_the_word_budget(report):
     page = report.read_text()
     rows = _rows(page, "claims-ledger")
-    assert [r[0][0] for r in rows] == [c.id for c in CLAIMS]
+    assert [r[0][0] for r in rows] == [c.id for c in all_claims()]
     for row in rows:
         words = sum(len(cell) for cell in row)
         assert words <= ROW_WORD_BUDGET, f"{row[0][0]}: {words} words: {row}"
@@ -70,7 +70,7 @@ def test_counts_and_details_agree_with_report_json(report):
     badges = re.findall(r'<span class="count verdict tone-\w+">(\d+) ([^<]+)</span>', page)
     assert {v: int(n) for n, v in badges} == {v: verdicts.count(v) for v in set(verdicts)}
     assert page.index('class="badges"') < page.index('id="claims-ledger"')
-    for claim in CLAIMS:
+    for claim in all_claims():
         assert f'href="#claim-{claim.id}"' in page
         details = re.search(rf'<details class="claim" id="claim-{claim.id}">(.*?)</details>', page, re.S)
         assert details, claim.id

@@ -16,13 +16,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcbench.core import facts
 from hpcbench.core.errors import ConfigError, RegistryError
 from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.monitor import ReadLatencyFeed, Sampler
 from hpcbench.monitor.sampler import ABSENT_SOURCE_METRIC, absent_reasons, run
 from hpcbench.monitor.sources.infiniband import InfinibandSource
-from hpcbench.monitor.thresholds import (C6_THRESHOLDS, Threshold, alert_records, evaluate, load_thresholds)
+from hpcbench.monitor.thresholds import (C6_THRESHOLDS, ALERT_CACHE_HIT_MIN, ALERT_IB_RETRANS_MAX,
+                                         ALERT_SM_EFFICIENCY_MIN, ALERT_STORAGE_P99_MAX_S, Threshold,
+                                         alert_records, evaluate, load_thresholds)
 
 FIX = Path(__file__).parent / "fixtures" / "monitor"
 
@@ -114,13 +115,13 @@ def series(metric: str, values: list[float], *, labels: dict | None = None, node
 
 def test_c6_thresholds_come_from_the_guide_figures():
     got = {t.metric: (t.op, t.value, t.unit) for t in C6_THRESHOLDS}
-    assert got == {"sm_activity": (">", facts.GUIDE_C6_SM_EFFICIENCY_MIN, "fraction"),
-                   "ib_retransmission_rate": ("<", facts.GUIDE_C6_IB_RETRANS_MAX, "fraction"),
-                   "storage_read_p99": ("<", facts.GUIDE_C6_STORAGE_P99_MAX_S, "s"),
-                   "cpu_cache_hit_rate": (">", facts.GUIDE_C6_CACHE_HIT_MIN, "fraction"),
-                   "tcp_retransmission_rate": ("<", facts.GUIDE_C6_IB_RETRANS_MAX, "fraction")}
-    assert (facts.GUIDE_C6_SM_EFFICIENCY_MIN, facts.GUIDE_C6_IB_RETRANS_MAX, facts.GUIDE_C6_STORAGE_P99_MAX_S,
-            facts.GUIDE_C6_CACHE_HIT_MIN) == (0.80, 0.001, 0.050, 0.90)
+    assert got == {"sm_activity": (">", ALERT_SM_EFFICIENCY_MIN, "fraction"),
+                   "ib_retransmission_rate": ("<", ALERT_IB_RETRANS_MAX, "fraction"),
+                   "storage_read_p99": ("<", ALERT_STORAGE_P99_MAX_S, "s"),
+                   "cpu_cache_hit_rate": (">", ALERT_CACHE_HIT_MIN, "fraction"),
+                   "tcp_retransmission_rate": ("<", ALERT_IB_RETRANS_MAX, "fraction")}
+    assert (ALERT_SM_EFFICIENCY_MIN, ALERT_IB_RETRANS_MAX, ALERT_STORAGE_P99_MAX_S,
+            ALERT_CACHE_HIT_MIN) == (0.80, 0.001, 0.050, 0.90)
 
 
 def test_sustained_breach_fires_and_short_one_does_not():

@@ -112,7 +112,7 @@ import pandas as pd
 
 from hpcbench.core.results import RecordContext, RecordWriter, read_records
 from hpcbench.experiments.{NAME} import rule, summarize
-from hpcbench.guide.claims import get_claim
+from hpcbench.experiments import get_claim
 from hpcbench.judge.evidence import evidence_for
 
 

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from hpcbench.core.errors import ConfigError, RegistryError
-from hpcbench.core.facts import GUIDE_C12_COMM_SHARE_MAX, GUIDE_C12_READ_P99_MAX_S, GUIDE_C12_STEP_TIME_CV_MAX
 from hpcbench.core.results import RecordContext, RecordWriter, read_records
-from hpcbench.practice.gates import (GATE_THRESHOLDS, GateThreshold, evaluate_gate, gate_thresholds, is_noop_labels,
-                                     task_gates)
+from hpcbench.practice.gates import (GATE_THRESHOLDS, GATE_COMM_SHARE_MAX, GATE_READ_P99_MAX_S,
+                                     GATE_STEP_TIME_CV_MAX, GateThreshold, evaluate_gate, gate_thresholds,
+                                     is_noop_labels, task_gates)
 
 
 def row(metric, value, step=0, rank=0, unit="s", task="t", **labels):
@@ -37,9 +37,9 @@ JUMPY = [0.1, 0.14, 0.1, 0.07, 0.1, 0.14, 0.1, 0.07, 0.1, 0.13]
 
 def test_thresholds_are_the_guides_figures_as_data():
     assert [(t.name, t.limit, t.unit) for t in GATE_THRESHOLDS] == [
-        ("step_time_cv", GUIDE_C12_STEP_TIME_CV_MAX, ""), ("comm_share", GUIDE_C12_COMM_SHARE_MAX, ""),
-        ("read_p99", GUIDE_C12_READ_P99_MAX_S, "s")]
-    assert (GUIDE_C12_STEP_TIME_CV_MAX, GUIDE_C12_COMM_SHARE_MAX, GUIDE_C12_READ_P99_MAX_S) == (0.05, 0.30, 0.100)
+        ("step_time_cv", GATE_STEP_TIME_CV_MAX, ""), ("comm_share", GATE_COMM_SHARE_MAX, ""),
+        ("read_p99", GATE_READ_P99_MAX_S, "s")]
+    assert (GATE_STEP_TIME_CV_MAX, GATE_COMM_SHARE_MAX, GATE_READ_P99_MAX_S) == (0.05, 0.30, 0.100)
     assert all("C12" in t.source for t in GATE_THRESHOLDS)
 
 
@@ -113,7 +113,7 @@ def test_read_p99_pooled_over_ranks_and_series():
     assert ok.passed is True and ok.value == pytest.approx(0.01) and "99 reads" in ok.detail
     slow = reads + [row("read_time", 0.5, step=i, rank=1, bytes=7) for i in range(3)]
     bad = evaluate_gate(frame(slow)).check("read_p99")
-    assert bad.passed is False and bad.value > GUIDE_C12_READ_P99_MAX_S
+    assert bad.passed is False and bad.value > GATE_READ_P99_MAX_S
     absent = evaluate_gate(frame(steps(STEADY))).check("read_p99")
     assert absent.passed is None and "no read_time rows" in absent.detail
     # a value in another unit is not read as seconds

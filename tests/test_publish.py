@@ -385,7 +385,7 @@ def test_index_renders_in_headless_chromium(reports, chromium, tmp_path):
     table = re.search(r'<table id="publications">.*?</table>', page.dom, re.S).group(0)
     header = re.findall(r"<th>(.*?)</th>", table)
     assert header == ["published", "report", "suite", "cluster / hosts", "reproduced", "not reproduced",
-                      "inconclusive", "not measured yet", "link"]
+                      "implausible as stated", "not testable here", "inconclusive", "not measured yet", "link"]
     rows = index_rows(page.dom)
     assert [r["slug"] for r in rows] == ["pair-2025-03-02", "alpha-2025-03-01"]
     assert [r["counts"]["reproduced"] for r in rows] == ["1", "2"]

@@ -32,12 +32,12 @@ from hpcbench.advise.figures import (GRAD_ELEM_BYTES, AdviceError, Figure, Measu
                                      measure)
 from hpcbench.advise.link import BASELINE_MODE, LinkEstimate, ProbeSet, link_of, probe_sets, terms
 from hpcbench.advise.thresholds import THRESHOLDS, Thresholds
-from hpcbench.core.facts import GUIDE_C9_MICRO_STEPS
 from hpcbench.core.registry import Registry
+from hpcbench.parallel.overlap import GUIDE_MICRO_STEPS
 from hpcbench.scale.predict import Prediction, predict_step, residuals
 
 #: Micro-steps the overlap option accumulates under no_sync() before one synchronisation (the guide's C9).
-OVERLAP_MICRO_STEPS = GUIDE_C9_MICRO_STEPS
+OVERLAP_MICRO_STEPS = GUIDE_MICRO_STEPS
 
 
 @dataclass(frozen=True)

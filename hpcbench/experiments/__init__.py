@@ -10,7 +10,10 @@ or a torchtitan experiment folder does:
   once and read by the notebook table, the report table, the plot and the rules;
   ``verify(records, cfg)``: the sanity check;
 * ``plot.py``, ``present.py`` — the notebook's figure and the report's section;
-* ``rules.py``   — the verdict rules, by claim id, reading the summaries of all launches;
+* ``claims.py``  — each claim it rules on, declared once: the guide's words and figures, the
+  comparison's band, the regime and the guide statement it comes from, what the platform can
+  show (:data:`ClaimSet.declared`; :func:`all_claims`);
+* ``rules.py``   — the verdict rules, by claim id, reading ``claims.py`` and the summaries of all launches;
 * ``__init__.py`` — ``SPEC = Experiment(...)`` (its :class:`ClaimSet` names the rules and
   predictions), registered on import, and the experiment's
   ``estimate(cfg) -> Estimate``: memory and time of one task, from its config alone; and, when
@@ -177,6 +180,10 @@ class ClaimSet:
     spread): the ledger shows it beside the regime the launches reached (their ``fact.regime.*``)."""
     context: tuple[str, ...] = ()
     """Claims the experiment informs without judging them (C16's inventory)."""
+    declared: tuple[Any, ...] = ()
+    """The claims this experiment declares (:class:`hpcbench.guide.claims.Claim`, from its ``claims.py``): the one
+    place each claim's words, figures, arithmetic, bands and regime live. Every claim C1-C17 is declared by
+    exactly one experiment, the one that rules on it (:func:`all_claims`)."""
 
     @property
     def informs(self) -> tuple[str, ...]:
@@ -281,6 +288,52 @@ def claim_owners(kind: str) -> dict[str, list[str]]:
         for claim_id in getattr(EXPERIMENTS.get(name).claims, kind):
             owners.setdefault(claim_id, []).append(name)
     return owners
+
+
+def _claim_number(claim_id: str) -> int:
+    return int(claim_id.lstrip("C"))
+
+
+def all_claims() -> tuple[Any, ...]:
+    """Every claim of the guide, C1..C17 in order, as the experiments declare them (each in its ``claims.py``).
+
+    Raises:
+        HpcbenchError: a claim declared by two experiments, or one an experiment rules on without declaring
+            it anywhere (the declaration is the one place its figures live).
+    """
+    by_id: dict[str, tuple[str, Any]] = {}
+    for name in EXPERIMENTS.names():
+        for claim in EXPERIMENTS.get(name).claims.declared:
+            if claim.id in by_id:
+                raise HpcbenchError(f"claim {claim.id} is declared by both {by_id[claim.id][0]} and {name}")
+            by_id[claim.id] = (name, claim)
+    undeclared = sorted(set(claim_owners("rules")) - set(by_id), key=_claim_number)
+    if undeclared:
+        raise HpcbenchError(f"claims ruled on but declared by no experiment's claims.py: {undeclared}")
+    return tuple(by_id[cid][1] for cid in sorted(by_id, key=_claim_number))
+
+
+def get_claim(claim_id: str) -> Any:
+    """The declared claim ``claim_id`` (e.g. ``"C3"``).
+
+    Raises:
+        ClaimError: listing the valid ids when ``claim_id`` is unknown.
+    """
+    from hpcbench.guide.claims import ClaimError
+
+    found = {c.id: c for c in all_claims()}
+    if claim_id not in found:
+        raise ClaimError(f"unknown claim {claim_id!r}; valid: {', '.join(found)}")
+    return found[claim_id]
+
+
+def declaring_experiment(claim_id: str) -> str:
+    """The experiment whose ``claims.py`` declares ``claim_id``."""
+    for name in EXPERIMENTS.names():
+        if any(c.id == claim_id for c in EXPERIMENTS.get(name).claims.declared):
+            return name
+    get_claim(claim_id)  # raises ClaimError for an unknown id
+    raise HpcbenchError(f"claim {claim_id} is declared by no experiment")
 
 
 def rule_owners() -> dict[str, list[str]]:

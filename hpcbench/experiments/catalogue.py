@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.experiments import EXPERIMENTS, Experiment
-from hpcbench.guide.claims import get_claim
+from hpcbench.experiments import EXPERIMENTS, Experiment, get_claim
 from hpcbench.guide.techniques import TECHNIQUES
 
 #: The page that holds the table (the notebooks' own README).

@@ -29,13 +29,9 @@ from typing import Any, Callable, Iterable, Mapping
 import pandas as pd
 
 from hpcbench.guide.claims import ANECDOTE, FIGURE, TECHNIQUE, Claim
-from hpcbench.judge.verdict import Outcome
+from hpcbench.judge.verdict import ARITHMETIC, IMPLAUSIBLE, MEASUREMENT, NOT_TESTABLE, Outcome
 
-IMPLAUSIBLE = "implausible as stated"
-NOT_TESTABLE = "not testable here"
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", IMPLAUSIBLE, NOT_TESTABLE, "context", "not measured yet")
-#: Which of the two decided a verdict (:attr:`Judgement.decided_by`; :mod:`hpcbench.judge.feasibility`).
-ARITHMETIC, MEASUREMENT = "arithmetic", "measurement"
 NOT_MEASURED = "not measured yet"
 CONTEXT = "context"
 NO_VALUE = "—"  # what "measured" shows when nothing was measured

@@ -21,17 +21,20 @@ against their reach (:func:`hpcbench.judge.rulekit.judge_comparisons`), and reco
 shows all three, each computed and stated on its own, so a reader sees both what the arithmetic says
 and what was measured.
 
-Numbers in, text out; no torch.
+Numbers in, text out; no pandas, no torch: experiments' ``claims.py`` import it, and so do their ranks.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from hpcbench.judge.evidence import ARITHMETIC, IMPLAUSIBLE, MEASUREMENT, NOT_TESTABLE, Judgement
-from hpcbench.judge.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Reference
+from hpcbench.judge.verdict import (ARITHMETIC, IMPLAUSIBLE, INCONCLUSIVE, MEASUREMENT, NOT_REPRODUCED, NOT_TESTABLE,
+                                    REPRODUCED, Outcome, Reference)
+
+if TYPE_CHECKING:  # the judgement's module imports pandas; declarations (claims.py) import this one in ranks
+    from hpcbench.judge.evidence import Judgement
 
 #: The short reasons shown in the ledger's summary row stay within this many words.
 REASON_WORDS = 8
@@ -137,7 +140,7 @@ def read_parts(verdicts: Sequence[str]) -> str:
     return INCONCLUSIVE
 
 
-def decide(judgement: Judgement, consistency: Consistency | None = None) -> Judgement:
+def decide(judgement: "Judgement", consistency: Consistency | None = None) -> "Judgement":
     """The judgement read in order: the guide's consistency, then what the platform can show, then measurement.
 
     The measurement (with each comparison's reach already applied by the rule kit) is kept whole in

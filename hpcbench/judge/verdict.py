@@ -87,6 +87,11 @@ MEAN_TIME = "mean_time"
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
+#: What arithmetic decides before a measurement can (:mod:`hpcbench.judge.feasibility`).
+IMPLAUSIBLE = "implausible as stated"
+NOT_TESTABLE = "not testable here"
+#: Which of the two decided a verdict.
+ARITHMETIC, MEASUREMENT = "arithmetic", "measurement"
 
 
 @dataclass(frozen=True)

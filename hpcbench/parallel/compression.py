@@ -88,6 +88,13 @@ LEVELS = (-1.5, -0.5, 0.5, 1.5)
 DEFAULT_SKIP = ("layer_norm", "ln_", "norm")
 """Parameter-name fragments whose gradients travel uncompressed (the guide's layer-norm exception)."""
 
+#: The 2-bit code's settings as the guide's tuning case used them (T-case, claim C8: "gradient compression to
+#: 2 bits in 4 MB buckets, leaving layer_norm parameters uncompressed"): bits per element on the wire, the
+#: code of one of the four :data:`LEVELS` ...
+GUIDE_CODE_BITS = 2
+#: ... and the DDP bucket the codes travel in, 4 MiB (the default of :attr:`Quant2BitConfig.bucket_cap_mb`).
+GUIDE_BUCKET_BYTES = 4 << 20
+
 
 def _dist():
     import torch.distributed as dist
@@ -383,8 +390,8 @@ class Quant2BitConfig:
     """parameter-name fragments (case-insensitive) whose gradients are all-reduced plainly"""
     error_feedback: bool = True
     """keep worker and server residuals (off only to show what they are worth)"""
-    bucket_cap_mb: float = 4.0
-    """the DDP bucket size the guide used (4 MiB); DDP takes it at construction, see
+    bucket_cap_mb: float = GUIDE_BUCKET_BYTES / (1 << 20)
+    """the DDP bucket size the guide used (4 MiB, :data:`GUIDE_BUCKET_BYTES`); DDP takes it at construction, see
     :attr:`CompressionSpec.bucket_cap_mb`"""
 
     def __post_init__(self) -> None:
@@ -852,8 +859,8 @@ def bucket_cap_mb_for(name: str, requested: float | None = None, **options: Any)
     return options.get("bucket_cap_mb", COMPRESSIONS.get(name).bucket_cap_mb)
 
 
-__all__ = ["COMPRESSIONS", "CompressionSpec", "CountedState", "DEFAULT_SKIP", "ExchangeResult", "LEVELS",
-           "POWERSGD_OPTIONS", "Quant2BitConfig", "Quant2BitState", "WireStats", "allreduce_bytes_sent",
-           "apply_compression", "bucket_cap_mb_for", "check_options", "compressed_allreduce", "counted_hook", "decode_message",
-           "dequantize_2bit", "encode_message", "is_skipped", "message_bytes", "pack_2bit", "quant2bit_hook",
-           "quantize_2bit", "quantize_with_feedback", "split_runs", "unpack_2bit"]
+__all__ = ["COMPRESSIONS", "CompressionSpec", "CountedState", "DEFAULT_SKIP", "ExchangeResult", "GUIDE_BUCKET_BYTES",
+           "GUIDE_CODE_BITS", "LEVELS", "POWERSGD_OPTIONS", "Quant2BitConfig", "Quant2BitState", "WireStats",
+           "allreduce_bytes_sent", "apply_compression", "bucket_cap_mb_for", "check_options", "compressed_allreduce",
+           "counted_hook", "decode_message", "dequantize_2bit", "encode_message", "is_skipped", "message_bytes",
+           "pack_2bit", "quant2bit_hook", "quantize_2bit", "quantize_with_feedback", "split_runs", "unpack_2bit"]

@@ -41,7 +41,7 @@ from hpcbench.core.errors import ConfigError
 # The invariants across ranks live with the other divergence checks; re-exported here.
 from hpcbench.diag.divergence import parameter_checksum, ranks_agree
 
-__all__ = ["OverlapConfig", "OverlapMeasurement", "OverlapSummary", "SyncCounter", "accumulation_step",
+__all__ = ["GUIDE_MICRO_STEPS", "OverlapConfig", "OverlapMeasurement", "OverlapSummary", "SyncCounter", "accumulation_step",
            "counting_allreduce_hook", "exposed_communication", "interleaved_step_times", "measure_overlap",
            "overlapped_share", "parameter_checksum", "ranks_agree", "summarize_overlap", "syncs_per_step",
            "time_bucket_allreduces"]
@@ -49,12 +49,16 @@ __all__ = ["OverlapConfig", "OverlapMeasurement", "OverlapSummary", "SyncCounter
 
 # -- configuration ----------------------------------------------------------------------------
 
+#: The technique's default, as the guide recommends it (T-case, claim C9: "accumulating gradients locally under
+#: no_sync() for 4 micro-steps, then synchronising once"): micro-steps per synchronisation.
+GUIDE_MICRO_STEPS = 4
+
 @dataclass(frozen=True)
 class OverlapConfig:
     """How :func:`measure_overlap` runs; every field is validated on creation."""
 
-    micro_steps: int = 4
-    """micro-batches accumulated per optimizer step (the guide's 4)"""
+    micro_steps: int = GUIDE_MICRO_STEPS
+    """micro-batches accumulated per optimizer step (the guide's 4, :data:`GUIDE_MICRO_STEPS`)"""
     no_sync: bool = True
     """accumulate the first micro_steps - 1 under ``no_sync()`` (False: synchronise every micro-step,
     the baseline the technique improves on)"""

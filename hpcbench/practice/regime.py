@@ -26,7 +26,8 @@ is a real false alarm and counts against the claim.
 judges only launches in the regime, and ``scaling`` (C13), which splits its arms by the same gate's
 decisions before each step out, records the same fact (a healthy calibration of its own before each
 stage it gates) and reads only the gates of launches in the regime. Experiments do not import each
-other; :mod:`hpcbench.experiments.practice.regime` re-exports this module.
+other; :mod:`hpcbench.experiments.practice.regime` re-exports this module, and
+:mod:`hpcbench.experiments.practice.claims` declares :data:`GATE_REGIME` as C12's regime.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpcbench.core.facts import GUIDE_C12_STEP_TIME_CV_MAX
+from hpcbench.practice.gates import GATE_STEP_TIME_CV_MAX
 from hpcbench.scale.regime import finite_number
 
 #: The launch fact: the calibration phase's step-time spread (std / mean, the gate's way).
@@ -115,4 +116,4 @@ class SpreadRegime:
 
 
 #: C12's regime (see the module docstring for the arithmetic).
-GATE_REGIME = SpreadRegime("C12", max_cv=GUIDE_C12_STEP_TIME_CV_MAX / 2, limit=GUIDE_C12_STEP_TIME_CV_MAX)
+GATE_REGIME = SpreadRegime("C12", max_cv=GATE_STEP_TIME_CV_MAX / 2, limit=GATE_STEP_TIME_CV_MAX)

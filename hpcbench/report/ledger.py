@@ -41,7 +41,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from hpcbench.guide.claims import CLAIMS, Claim, get_claim
+from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import (NO_VALUE, NOT_MEASURED, PREDICTION_SEPARATOR, VERDICTS, Evidence, Judgement,
                                      LedgerRow, evidence_for, row_of)
 
@@ -102,7 +102,7 @@ def _model(claim: Claim | str, records: pd.DataFrame, *, statuses: Mapping[tuple
     A predictor returns text, or an object with ``describe()`` and a ``headline`` (one number and its
     main assumption, for the summary row).
     """
-    from hpcbench.experiments import EXPERIMENTS
+    from hpcbench.experiments import EXPERIMENTS, get_claim
 
     claim = get_claim(claim) if isinstance(claim, str) else claim
     texts, headlines = [], []
@@ -135,7 +135,7 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
         cache: evidence by experiment, filled and reused across claims (:func:`evaluate_claims`
             passes one, so each experiment is summarised once).
     """
-    from hpcbench.experiments import EXPERIMENTS, rule_owners
+    from hpcbench.experiments import EXPERIMENTS, get_claim, rule_owners
 
     claim = get_claim(claim) if isinstance(claim, str) else claim
     model = _model(claim, records, statuses=statuses, summaries=summaries, cache=cache)
@@ -163,7 +163,10 @@ def evaluate_claim(claim: Claim | str, records: pd.DataFrame, *,
 
 def evaluate_claims(records: pd.DataFrame, *, statuses: Mapping[tuple[str, str], str] | None = None,
                     summaries: Mapping[str, pd.DataFrame] | None = None) -> list[LedgerRow]:
-    """One ledger row per claim, C1..C17, in claim order (see :func:`evaluate_claim`)."""
+    """One ledger row per claim, C1..C17, in claim order (see :func:`evaluate_claim`), as the experiments declare
+    them (:func:`hpcbench.experiments.all_claims`)."""
+    from hpcbench.experiments import all_claims
+
     cache: dict[str, Evidence] = {}
     return [evaluate_claim(claim, records, statuses=statuses, summaries=summaries, cache=cache)
-            for claim in CLAIMS]
+            for claim in all_claims()]

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from hpcbench.core.errors import ConfigError
-from hpcbench.core.facts import GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, GUIDE_GPUS_PER_NODE
-from hpcbench.guide.claims import get_claim
+from hpcbench.guide.claims import check_claim_id
+from hpcbench.guide.statements import GPUS_PER_NODE, WEATHER_ORIGINAL_STEP_MS, WEATHER_ORIGINAL_UTIL
 from hpcbench.models.footprint import model_footprint
 from hpcbench.models.gpt2_presets import GPT2_PRESETS
 from hpcbench.models.weather_presets import WEATHER_PRESETS, parameter_count
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # the ledger imports pandas; the predictors only read the evi
 GUIDE_PLATFORM = "a100_hdr"
 GUIDE_JOB_TASKS = 32
 """Tasks of the guide's job script (guide sec. 2.3: ``--ntasks=32 --gres=gpu:8``)."""
-GUIDE_NODES = GUIDE_JOB_TASKS // GUIDE_GPUS_PER_NODE
+GUIDE_NODES = GUIDE_JOB_TASKS // GPUS_PER_NODE
 """4 nodes of 8 GPUs."""
 NIC_COUNTS = (1, 8)
 """NICs per node every prediction is shown at: the guide does not say (DGX A100 has 8 compute NICs)."""
@@ -160,8 +160,8 @@ def guide_weather_split() -> tuple[float, float]:
     The compute of a weather micro-step at the guide's scale, and the communication it waited on,
     for every prediction of the weather case (the guide's C7 table, and C9's micro-steps).
     """
-    step = GUIDE_C7_STEP_MS[0] / 1e3
-    busy = step * GUIDE_C7_UTIL[0]
+    step = WEATHER_ORIGINAL_STEP_MS / 1e3
+    busy = step * WEATHER_ORIGINAL_UTIL
     return busy, step - busy
 
 
@@ -389,7 +389,7 @@ def predictor(claim_id: str, predict: Callable[..., GuidePrediction],
     Raises:
         ClaimError: ``claim_id`` is not a claim of the guide (raised here, when the SPEC is built).
     """
-    get_claim(claim_id)
+    check_claim_id(claim_id)
 
     def at_guide_scale(claim: "Claim", evidence: "Evidence | None") -> GuidePrediction:
         if claim.id != claim_id:

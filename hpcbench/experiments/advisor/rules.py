@@ -44,6 +44,10 @@ reduction only adds two stages per bucket, each with its own fixed cost; the int
 saves (a third on 2 nodes x 2 ranks) are the minor term by that same classification. A regime
 whose pick cannot win there is "not applicable", neither agreement nor disagreement: its
 measured best says nothing about whether the order is right where the technique works.
+
+The claim, its band (:data:`~hpcbench.experiments.advisor.claims.FASTER`) and what the layout lets each pick
+show (:data:`~hpcbench.experiments.advisor.claims.PICK_CANNOT_WIN`) are declared in
+:mod:`~hpcbench.experiments.advisor.claims`; this module reads them.
 """
 
 from __future__ import annotations
@@ -53,54 +57,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from hpcbench.core.results import json_object
+from hpcbench.experiments.advisor.claims import FASTER, PICK_CANNOT_WIN, hierarchical_cannot_win  # noqa: F401 (tests)
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES, TECHNIQUES
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, paired_samples
 from hpcbench.judge.rulekit import in_group, launch_groups, slow_link_problem
-from hpcbench.judge.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, Reference,
-                                    judge_family, paired_comparison, paired_ratio)
-from hpcbench.scale import algorithms as alg
-
-#: "Faster than the other technique": the paired ratio (other's time per sample / this one's) above 1.
-FASTER = Reference(1.0, lower=1.0, unit="x", source="C14's measured best: faster per sample than every other "
-                                                    "technique, paired per launch")
-
-
-def _level_steps(stages: list[alg.Stage]) -> tuple[int, int]:
-    """(intra-node, inter-node) latency steps of one bucket's reduction."""
-    return sum(st.intra_steps for st in stages), sum(st.inter_steps for st in stages)
-
-
-def hierarchical_cannot_win(launch: pd.Series) -> str | None:
-    """Why a two-level reduction cannot save latency on the launch's layout, or None when it can.
-
-    Compares the scale model's latency steps per bucket of the two-level reduction with DDP's flat
-    ring on the recorded nodes x ranks per node, with the intra stages the hook runs on the
-    recorded backend (all-reduces unless nccl; gloo when unrecorded, as the advisor assumes). It
-    can save latency only with no more steps at either level and fewer at one.
-    """
-    params = json_object(launch["params"])
-    if "nodes" not in params or "ranks_per_node" not in params:
-        return "nodes and ranks per node not recorded"
-    nodes, per_node = int(params["nodes"]), int(params["ranks_per_node"])
-    recorded = launch.get("backend")
-    backend = str(recorded) if isinstance(recorded, str) and recorded else "gloo"
-    if nodes < 2 or per_node < 2:
-        return f"hierarchical needs >= 2 nodes x 2 ranks; ran {nodes} x {per_node}"
-    elems = 1024  # the step counts do not depend on the bucket's size
-    ring = _level_steps(alg.ring_allreduce(elems * alg.FP32_BYTES, nodes=nodes, ranks_per_node=per_node))
-    two = _level_steps(alg.hierarchical_allreduce(elems, alg.FP32_BYTES, nodes=nodes, ranks_per_node=per_node,
-                                                  intra_via_allreduce=backend != "nccl"))
-    if all(t <= r for t, r in zip(two, ring)) and any(t < r for t, r in zip(two, ring)):
-        return None
-    return f"hierarchical saves no latency step on {nodes} nodes x {per_node} ranks ({backend})"
-
-
-#: Per technique, why it cannot win on a launch (from its recorded facts), or None when it could.
-#: Compression (fewer bytes) and accumulation (fewer synchronisations) can wherever there is an
-#: inter-node link, which every counted launch has (:func:`slow_link_problem`).
-PICK_CANNOT_WIN = {"hierarchical": hierarchical_cannot_win}
+from hpcbench.judge.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, judge_family,
+                                    paired_comparison, paired_ratio)
 
 
 @dataclass

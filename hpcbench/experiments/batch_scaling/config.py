@@ -5,24 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcbench.core.config import DistributedConfig, param
+from hpcbench.experiments.batch_scaling.claims import TEST_REGIME
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.models.step import LAYOUTS, PRECISIONS, StepRecipe
 from hpcbench.parallel.modes import MODE_NAMES, MODES
-from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
+from hpcbench.scale.regime import (calibration_rates_param, calibration_rates_problem,
                                    calibration_steps_param, regime_param)
 
 REGIMES = ("larger_batch", "fixed_global_batch")
-
-
-#: The regime C2's mechanism is measured in: ours, not the guide's. The guide names no model, so it states
-#: nothing about its step independent of the +220 % being judged (deriving the regime from that figure made
-#: the verdict hold by construction). A 1x step a quarter busy leaves accumulation room to show: 8x the
-#: samples per synchronisation gives up to 8 / (8 x 0.25 + 0.75) = 2.9x (Amdahl), and the band is read from
-#: the busy share each launch reached (:mod:`~hpcbench.experiments.batch_scaling.rules`).
-TEST_REGIME = GuideRegime(
-    claim="C2", target_busy=0.25, baseline="larger_batch 1x", ours=True,
-    arithmetic="ours, not the guide's (the guide names no model): the 1x step a quarter busy, three quarters "
-               "synchronisation, so that accumulation has room to show")
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import seaborn as sns
 
-from hpcbench.core.facts import GUIDE_C2_GAIN
+from hpcbench.experiments.batch_scaling.claims import GUIDE_C2_GAIN
 from hpcbench.present.kit import panels_figure
 
 

@@ -6,7 +6,7 @@ The ledger's "predicted at the guide's scale" for this claim; the inputs it shar
 from __future__ import annotations
 
 from hpcbench.core.errors import ConfigError
-from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
+from hpcbench.experiments.batch_scaling.claims import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
 from hpcbench.scale.guide_scale import (GPT2_124M, GUIDE_NODES, GUIDE_PLATFORM, RESNET50, GuidePrediction,
                                         MeasuredInputs, base_inputs, model_step, nic_counts, nics_text, per_nics,
                                         percent, platform_at, predictor, readable_count)

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C2_GAIN
+from hpcbench.experiments.batch_scaling.claims import GUIDE_C2_GAIN
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, evidence_tables, fmt_number, image_of,
                                   legend_below, pick, present_stats, source_variants, text_table)
 

@@ -1,6 +1,8 @@
 """Verdict rule of ``batch_scaling``: C2 (a > 4x batch with gradient accumulation: +220 % per GPU).
 
-Arithmetic first, then measurement (:mod:`hpcbench.judge.feasibility`), each stated on its own:
+The claim, its figures, its band, its regime and what the platform can show are declared in
+:mod:`~hpcbench.experiments.batch_scaling.claims`; this module reads them. Arithmetic first, then
+measurement (:mod:`hpcbench.judge.feasibility`), each stated on its own:
 
 * **The guide's statements.** A 3.2x gain from 4x accumulation needs the 1x step's synchronisation
   to be 11 times its compute: ``4 (c + m) / (4 c + m) = 3.2`` gives ``m = 11 c``, a step 92 %
@@ -30,74 +32,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
 from hpcbench.core.results import json_object
-from hpcbench.experiments.batch_scaling.prediction import predict_c2
+from hpcbench.experiments.batch_scaling.claims import (GUIDE_C2_BATCH_FACTOR, MIN_GAIN, accumulating_factor,
+                                                       guide_consistency, mechanism_reach)
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
-from hpcbench.judge.feasibility import Consistency, Reach, accumulation_cap, decide
+from hpcbench.judge.feasibility import decide
 from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.judge.verdict import GAIN_SHARE, WORK_OVER_TIME_RATES, Reference
+from hpcbench.judge.verdict import WORK_OVER_TIME_RATES, Reference
 from hpcbench.scale.regime import group_reached_busy
-
-
-def accumulating_factor(params: dict) -> int | None:
-    """The micro-batch factor of the C2 numerator, or None when the sweep has no such point."""
-    factors = sorted(int(f) for f in params.get("factors") or [])
-    regimes = params.get("regimes") or []
-    if not factors or 1 not in factors or "fixed_global_batch" not in regimes or "larger_batch" not in regimes:
-        return None
-    top = factors[-1]
-    if top < GUIDE_C2_BATCH_FACTOR:
-        return None
-    accumulating = [f for f in factors if f < top and top % f == 0]
-    return accumulating[-1] if accumulating else None
-
-
-#: The least gain that tells a working accumulation from launch-to-launch noise (the same bound as C9's).
-MIN_GAIN = 1.05
-
-
-def guide_sync_share(gain: float = 1 + GUIDE_C2_GAIN, k: int = GUIDE_C2_BATCH_FACTOR) -> float:
-    """The 1x step's synchronisation share that ``k``-fold accumulation needs to give ``gain``.
-
-    ``k (c + m) / (k c + m) = gain``  =>  ``m / c = k (gain - 1) / (k - gain)``; the share is ``m / (c + m)``.
-    """
-    ratio = k * (gain - 1.0) / (k - gain)
-    return ratio / (1.0 + ratio)
-
-
-def guide_consistency(gain: float = 1 + GUIDE_C2_GAIN, k: int = GUIDE_C2_BATCH_FACTOR) -> Consistency:
-    """Whether the guide's +220 % (``gain`` from ``k``-fold accumulation) fits its stated platform, by the scale
-    model: some guide workload must spend the share :func:`guide_sync_share` needs synchronising. No
-    measurement is read."""
-    needed = guide_sync_share(gain, k)
-    values = predict_c2().values
-    shares = {k.split(".comm_share@")[0] + f"@{k.rsplit('@', 1)[1]}": v for k, v in values.items() if ".comm_share@" in k}
-    gains = {k: v for k, v in values.items() if ".gain@" in k}
-    most = max(shares.values())
-    shown = ", ".join(f"{name.replace('@', ' at ')} NIC(s) {v:.1%}" for name, v in sorted(shares.items()))
-    return Consistency(
-        holds=most >= needed,
-        reason=f"needs {needed:.0%} synchronisation; the model gives {most:.0%}",
-        arithmetic=f"{k} (c + m) / ({k} c + m) = {gain:.2f} needs "
-                   f"the 1x step {needed:.0%} synchronisation; the scale model puts the guide's workloads on its "
-                   f"platform at {shown} of a one-micro-step DDP step, where {GUIDE_C2_BATCH_FACTOR}x accumulation "
-                   f"gains {min(gains.values()):+.1%} to {max(gains.values()):+.1%}")
-
-
-def mechanism_reach(params: dict, busy: float | None) -> tuple[Reach, float] | None:
-    """(what accumulation can show at the 1x step's busy share ``busy``, the band's lower edge), or None."""
-    factor = accumulating_factor(params)
-    if busy is None or factor is None:
-        return None
-    top = max(int(f) for f in params["factors"])
-    cap = accumulation_cap(busy, top)
-    lower = max(MIN_GAIN, 1.0 + GAIN_SHARE * (cap - 1.0))
-    least = (top / MIN_GAIN - 1.0) / (top - 1.0)  # the busy share at which the cap falls to MIN_GAIN
-    return Reach(cap, f"Amdahl: {top}x the samples per synchronisation at the 1x step {busy:.0%} busy gives "
-                      f"{top} / ({top} x {busy:.2f} + {1 - busy:.2f})",
-                 needs=f"a 1x step under {least:.0%} busy"), lower
 
 
 def rule_c2(claim: Claim, evidence: Evidence) -> Judgement:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpcbench.core.facts import GUIDE_C2_GAIN
+from hpcbench.experiments.batch_scaling.claims import GUIDE_C2_GAIN
 from hpcbench.core.results import expand_labels
 
 SUMMARY_KEYS = ["regime", "factor"]

@@ -3,7 +3,8 @@
 C10 compares two tasks of one suite: the same sweep with the guide's four NCCL settings
 ("tuned") and with none ("default"). Launches pair by run and repetition; everything else
 (parameters but the NCCL fields, recorded facts) must be equal, so tuned and default are
-measured on the same hosts and the same groups.
+measured on the same hosts and the same groups. The claims, C10's settings and band are declared in
+:mod:`~hpcbench.experiments.collectives.claims`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C10_NCCL_SETTINGS, LINK_PEAKS_GBPS
+from hpcbench.core.facts import LINK_PEAKS_GBPS
 from hpcbench.core.units import format_gbps
+from hpcbench.experiments.collectives.claims import C10_GAIN, GUIDE_C10_NCCL_SETTINGS
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import CONTEXT, NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, judge_comparisons
 from hpcbench.judge.verdict import Reference
 
-#: A tuned/default busbw ratio counts as an improvement from here (5 % is run-to-run noise on a fabric).
-C10_GAIN = 1.05
 #: The collectives config fields that set NCCL variables (0 / "" leave them unset).
 NCCL_SETTING_FIELDS = {"nccl_algo": "NCCL_ALGO", "nccl_buffsize": "NCCL_BUFFSIZE",
                        "nccl_nsocks_perthread": "NCCL_NSOCKS_PERTHREAD",

@@ -5,91 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcbench.core.config import DistributedConfig, param
-from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C3_RESNET, IB_MTU_BYTES
+from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
+# C3's regime and C17's sweep point are declared with the claims; the worker, summary and presenter read them here
+from hpcbench.experiments.comm_modes.claims import CALIBRATED_FAMILY, GUIDE_REGIME, IB_MTU_BUCKET_MB
 from hpcbench.models import MODEL_NAMES, MODELS
 from hpcbench.parallel.modes import MODE_NAMES, modes_layout_problem
-from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
-                                   calibration_steps_param, regime_param)
+from hpcbench.scale.regime import (calibration_rates_param, calibration_rates_problem, calibration_steps_param,
+                                   regime_param)
 
-#: One InfiniBand MTU (4 KiB) in DDP's bucket_cap_mb unit (MiB): the C17 sweep point.
-IB_MTU_BUCKET_MB = IB_MTU_BYTES / (1 << 20)
 #: DDP's default bucket (MiB), at which C3 is compared and the regime calibrated.
 DEFAULT_BUCKET_MB = DDP_DEFAULT_BUCKET_BYTES / (1 << 20)
-#: The model family whose regime a launch calibrates (the guide's GPT-2 regime is out of any cluster's reach).
-CALIBRATED_FAMILY = "resnet"
-
-
-def guide_share_of_compute_rate(figures: tuple, workload) -> float:
-    """The guide's DDP throughput over what its 32 A100s compute at the published rate (no communication).
-
-    Args:
-        figures: the guide's (DDP, hybrid, gain %) of the model.
-        workload: :class:`hpcbench.scale.guide_scale.Workload` (per-GPU step and its compute time on A100).
-    """
-    from hpcbench.scale.guide_scale import GUIDE_JOB_TASKS, GUIDE_PLATFORM
-
-    compute_s, _ = workload.compute(GUIDE_PLATFORM)
-    return figures[0] / (GUIDE_JOB_TASKS * workload.per_step / compute_s)
-
-
-def _regimes() -> tuple[GuideRegime, float]:
-    from hpcbench.scale.guide_scale import GPT2_124M, RESNET50
-
-    resnet = guide_share_of_compute_rate(GUIDE_C3_RESNET, RESNET50)
-    gpt2 = guide_share_of_compute_rate(GUIDE_C3_GPT2, GPT2_124M)
-    return GuideRegime(
-        claim="C3", target_busy=resnet, baseline="ddp",
-        arithmetic=f"the guide's ResNet-50 DDP: {GUIDE_C3_RESNET[0]:,} images/s on 32 A100s, against 32 x 256 "
-                   f"images per step at NVIDIA's published A100 rate with no communication: {resnet:.1%} of the "
-                   f"compute-bound rate, i.e. DDP's step {resnet:.0%} busy"), gpt2
-
-
-def nic_gains_at_guide_regime(busy: float | None = None) -> dict[int, float]:
-    """Hierarchical over DDP for ResNet-50 in the guide's regime, per NICs per node (1 and 8), from the scale model.
-
-    The scale model's communication of each (step - compute at the guide's platform) sets their ratio
-    ``r``; in a regime where DDP is ``busy`` busy, DDP's step is ``1 / busy`` computes and the gain
-    ``(1 / busy) / (1 + (1 / busy - 1) r)``.
-    """
-    from hpcbench.experiments.comm_modes.prediction import predict_c3
-    from hpcbench.scale.guide_scale import NIC_COUNTS
-
-    busy = GUIDE_REGIME.target_busy if busy is None else busy
-    values = predict_c3().values
-    compute = values["resnet50.compute_s"]
-    gains = {}
-    for nics in NIC_COUNTS:
-        ratio = (values[f"resnet50.hierarchical_step_s@{nics}"] - compute) / (values[f"resnet50.ddp_step_s@{nics}"]
-                                                                          - compute)
-        gains[nics] = (1 / busy) / (1 + (1 / busy - 1) * ratio)
-    return gains
-
-
-GUIDE_REGIME, GPT2_SHARE = _regimes()
-"""The guide's regime for C3, derived from its own figures (:func:`.prediction.predict_c3`).
-
-ResNet-50: the guide's DDP ran 12,500 images/s on 32 A100s. At NVIDIA's published A100 rate
-(DeepLearningExamples, batch 256 per GPU, AMP) the 32 GPUs compute 32 x 256 images per ~0.1 s
-step with nothing else to do; 12,500 is 15.8 % of that, so DDP's step was ~16 % busy, 84 %
-waiting on something other than this model's compute. GPT-2 124M: 8,200 tokens/s against 32 x
-65,536 tokens per ~0.3 s step: 0.12 % of the compute-bound rate. No cluster runs a GPT-2 step
-99.9 % idle, so the GPT-2 figure is "inconclusive: the guide's figures imply a regime ..." and
-never judged; the ResNet-50 figure is judged where the ``ddp`` step reached ~16 % busy.
-
-**NICs per node** (the intra/inter-node bandwidth ratio, which the guide never gives). In the
-guide's regime DDP's step is 6.25 c (c = compute), 5.25 c of it communication. The guide's +49.6 %
-needs the hierarchical step at 6.25 c / 1.496 = 4.18 c: its communication cut to 3.18 / 5.25 = 0.61
-of DDP's. The scale model (:func:`.prediction.predict_c3`: NCCL's ring against the
-hook's three stages on 4 nodes of 8 A100s) puts the hierarchical communication at 0.82 of DDP's
-with 1 NIC per node (1:96 intra/inter per GPU) and 0.96 with 8 NICs (1:12): in the guide's regime,
-gains of 1.18x and 1.04x (:func:`nic_gains_at_guide_regime`). So the guide's figure needs the 1-NIC
-end or beyond — an inter-node link even scarcer next to NVLink than one HDR NIC per node — and
-even the 1-NIC end falls short of it. The emulated cluster (one link per node, loopback inside)
-sits beyond the 1-NIC end: on 2 nodes x 2 ranks the hook sends S across against the ring's 1.5 S,
-at most 0.67 of the bytes, a gain of at most 6.25 / (1 + 5.25 x 0.67) = 1.39x in the guide's
-regime, just under the band's 1.40x. A verdict here speaks for a platform with fewer NICs than the
-guide's most likely had (a DGX A100 has 8).
-"""
 
 
 @dataclass

@@ -5,7 +5,7 @@ The ledger's "predicted at the guide's scale" for this claim; the inputs it shar
 
 from __future__ import annotations
 
-from hpcbench.core.facts import GUIDE_C3_GPT2, GUIDE_C3_RESNET
+from hpcbench.experiments.comm_modes.claims import GUIDE_C3_GPT2, GUIDE_C3_RESNET
 from hpcbench.scale.guide_scale import (GPT2_124M, GUIDE_JOB_TASKS, GUIDE_NODES, GUIDE_PLATFORM, RESNET50,
                                         GuidePrediction, MeasuredInputs, base_inputs, model_step, nic_counts,
                                         nics_text, per_nics, percent, platform_at, predictor, readable_count)

@@ -1,22 +1,24 @@
 """Verdict rules of ``comm_modes``: C3 (two-level reduction beats flat DDP) and C17 (bucket = IB MTU).
 
 Both compare two series measured in the same launch (modes and buckets run one after the
-other in one job), so every launch gives one paired ratio of median total throughputs.
+other in one job), so every launch gives one paired ratio of median total throughputs. The claims,
+their figures, bands and regime, the guide's consistency and what the platform can show are declared
+in :mod:`~hpcbench.experiments.comm_modes.claims`; this module reads them.
 
 **C3 is read arithmetic first, then measurement** (:mod:`hpcbench.judge.feasibility`):
 
 * **The guide's statements** (:func:`guide_consistency`). The guide's ResNet-50 DDP ran at 15.8 % of
   what its 32 A100s compute alone, so its DDP step was ~16 % busy
-  (:data:`~hpcbench.experiments.comm_modes.config.GUIDE_REGIME`). In that regime the scale model gives
+  (:data:`~hpcbench.experiments.comm_modes.claims.GUIDE_REGIME`). In that regime the scale model gives
   the hierarchical reduction over NCCL's ring 1.18x with one HDR NIC per node (the platform line
   "200 Gbps HDR" read literally) and 1.04x with a DGX A100's 8, both under the band's 1.40x: the
   figure is **implausible as stated** on its own platform. The GPT-2 figure implies DDP at 0.12 % of
   its compute-bound rate, a step no cluster runs in; its comparison is never judged.
 * **What this platform can show** (:func:`topology_reach`). On one link per node the two-level
-  mode can at best send :func:`two_level_bytes_share` of DDP's bytes across (2 x 2: 2/3), so at the
-  busy share ``b`` a group's DDP step reached, the gain is at most ``(1/b) / (1 + (1/b - 1) x
-  share)`` (Amdahl): 1.39x at 16 % busy on 2 x 2, under the band, so such a group is **not testable
-  here**; 2 nodes x 8 ranks reaches 1.64x.
+  mode can at best send :func:`~hpcbench.experiments.comm_modes.claims.two_level_bytes_share` of
+  DDP's bytes across (2 x 2: 2/3), so at the busy share ``b`` a group's DDP step reached, the gain
+  is at most ``(1/b) / (1 + (1/b - 1) x share)`` (Amdahl): 1.39x at 16 % busy on 2 x 2, under the
+  band, so such a group is **not testable here**; 2 nodes x 8 ranks reaches 1.64x.
 * **Measurement.** The ResNet comparison is judged in launches calibrated to the guide's regime
   (``regime: guide``, ``fact.regime.reached_busy`` within +-5 points of the target); a calibrated
   launch that missed it is "inconclusive: regime X vs the guide's Y", fixed-link launches are context
@@ -29,30 +31,23 @@ import dataclasses
 
 import pandas as pd
 
-from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, GUIDE_C3_GPT2, GUIDE_C3_RESNET
-from hpcbench.experiments.comm_modes.config import (CALIBRATED_FAMILY, GPT2_SHARE, GUIDE_REGIME, IB_MTU_BUCKET_MB,
-                                                    nic_gains_at_guide_regime)
-from hpcbench.guide.claims import Claim
+from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
 from hpcbench.core.results import json_object
+from hpcbench.experiments.comm_modes.claims import (C3_FIGURES, C17_SHARE, CALIBRATED_FAMILY, GPT2_OUT_OF_REACH,
+                                                    GUIDE_REGIME, IB_MTU_BUCKET_MB, guide_consistency,
+                                                    topology_reach)
+from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
-from hpcbench.judge.feasibility import Consistency, Reach, decide, partial_cap
+from hpcbench.judge.feasibility import decide
 from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.judge.verdict import GAIN_SHARE, WORK_OVER_TIME_RATES, Reference, gain_reference
+from hpcbench.judge.verdict import WORK_OVER_TIME_RATES, Reference, gain_reference
 from hpcbench.scale.regime import group_reached_busy, key_launches_by_regime, regime_applies, with_measured_busy
 
 DEFAULT_BUCKET_MB = DDP_DEFAULT_BUCKET_BYTES / (1 << 20)
-#: The guide's figures per model family: (DDP, hybrid, stated gain %).
-C3_FIGURES = {"resnet": GUIDE_C3_RESNET, "gpt2": GUIDE_C3_GPT2}
 #: The two-level mode compared with DDP, fixed in advance: the guide's own recipe where it can run
 #: (a process that sees several GPUs), else the hierarchical hook, which does what the recipe is
 #: for — reduce inside the node first, send one node's share over the slow link.
 C3_MODES = ("hybrid_dp_ddp", "hierarchical")
-#: Why the GPT-2 comparison is never judged (from the guide's figures alone, whatever was measured).
-GPT2_OUT_OF_REACH = (f"inconclusive: the guide's figures imply a regime where GPT-2 DDP runs at {GPT2_SHARE:.2%} of "
-                     f"its compute-bound rate (8,200 tokens/s on 32 A100s), a step {1 - GPT2_SHARE:.2%} idle that no "
-                     f"cluster runs in; not judged")
-#: C17: the MTU bucket must reach this share of DDP's default bucket's throughput ("match it").
-C17_SHARE = 0.95
 
 
 def family_of(model: str) -> str | None:
@@ -69,60 +64,6 @@ def _two_level_mode(evidence: Evidence) -> str:
         if len(rows) and any(len(s) for s in rows["samples"]):
             return mode
     return C3_MODES[-1]
-
-
-def two_level_bytes_share(nodes: int, ranks_per_node: int) -> float:
-    """Bytes a two-level reduction sends over a node's one link, as a share of a flat ring's.
-
-    A ring all-reduce over ``N = nodes x ranks_per_node`` ranks ordered by node sends ``2 (N - 1) / N`` of
-    the gradient ``S`` over every ring edge, the node boundary's included; reducing inside the node first
-    leaves ``2 (n - 1) / n S`` to cross (an all-reduce among the ``n`` nodes). 2 x 2: 1 S against 1.5 S, 2/3.
-    """
-    n, total = int(nodes), int(nodes) * int(ranks_per_node)
-    if n < 2 or total < 2:
-        return 1.0
-    return (2 * (n - 1) / n) / (2 * (total - 1) / total)
-
-
-def topology_reach(params: dict, busy: float | None) -> Reach | None:
-    """What a launch's topology lets the two-level mode show over DDP in the regime it reached.
-
-    One link per node (the emulated cluster; a real cluster with one NIC per node): the two-level mode can
-    at best cut the waiting share of DDP's step to :func:`two_level_bytes_share` of itself (Amdahl).
-    """
-    if busy is None:
-        return None
-    nodes, rpn = int(params.get("nodes", 1)), int(params.get("ranks_per_node", 1))
-    kept = two_level_bytes_share(nodes, rpn)
-    cap = partial_cap(busy, kept)
-    band = 1 + GAIN_SHARE * (GUIDE_C3_RESNET[1] / GUIDE_C3_RESNET[0] - 1)
-    # The fewest bytes a one-link node can keep (kept -> 1 / 2 as ranks per node grow at 2 nodes) sets what
-    # a larger topology would need; say which ranks per node would reach the band, if any does.
-    needs = next((f"{nodes} nodes x {r} ranks per node" for r in (4, 8, 16, 32)
-                  if partial_cap(busy, two_level_bytes_share(nodes, r)) >= band), "more nodes' worth of links")
-    return Reach(cap, f"{nodes} x {rpn} ranks on one link per node: the two-level mode sends {kept:.2f} of DDP's "
-                      f"bytes across, at ddp {busy:.0%} busy", needs=needs)
-
-
-def guide_consistency() -> Consistency:
-    """Whether the guide's +49.6 % fits its stated platform (4 nodes of 8 A100s, "200 Gbps HDR") by the scale model.
-
-    Read literally, the platform line gives one HDR port per node; a DGX A100 has 8 (the stated
-    alternative). In the guide's ResNet-50 regime the scale model gives the hierarchical reduction over
-    NCCL's ring (:func:`~hpcbench.experiments.comm_modes.config.nic_gains_at_guide_regime`) less than the
-    band at either count. The GPT-2 figure implies a step 99.9 % idle.
-    """
-    gains = nic_gains_at_guide_regime()
-    band = 1 + GAIN_SHARE * (GUIDE_C3_RESNET[1] / GUIDE_C3_RESNET[0] - 1)
-    literal = gains[min(gains)]
-    shown = " and ".join(f"{g:.2f}x at {n} NIC{'s' if n > 1 else ''} per node" for n, g in sorted(gains.items()))
-    return Consistency(
-        holds=max(gains.values()) >= band,
-        reason=f"model gives {literal:.2f}x at one HDR/node",
-        arithmetic=f"in the guide's ResNet-50 regime (ddp {GUIDE_REGIME.target_busy:.0%} busy) the scale model gives "
-                   f"hierarchical over DDP {shown} (one HDR per node is the platform line read literally; 8 is a "
-                   f"DGX A100), against the band's {band:.2f}x; the GPT-2 figure implies DDP at {GPT2_SHARE:.2%} of "
-                   f"its compute-bound rate, a step no cluster runs in")
 
 
 def _ddp_busy(summaries: pd.DataFrame) -> dict[tuple[str, str], float]:

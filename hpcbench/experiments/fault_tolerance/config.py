@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcbench.core.config import Config, param
-from hpcbench.experiments.fault_tolerance.guide import (GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S,
-                                                       GUIDE_C15_TRIES)
+from hpcbench.experiments.fault_tolerance.claims import (GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S,
+                                                        GUIDE_C15_TRIES)
 from hpcbench.models import MODEL_NAMES, MODELS
 
 DTYPES = ("float32", "bfloat16")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hpcbench.experiments.fault_tolerance.guide import GUIDE_C15_TRIES
+from hpcbench.experiments.fault_tolerance.claims import GUIDE_C15_TRIES
 from hpcbench.judge.verdict import clopper_pearson
 
 #: Tries drawn on the survival panel: the guide's 3 between its neighbours.

@@ -7,9 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from hpcbench.experiments.fault_tolerance.guide import GUIDE_C11_LIGHT_EVERY_S
+from hpcbench.experiments.fault_tolerance.claims import C11_OVERHEAD_PCT, GUIDE_C11_LIGHT_EVERY_S, affordable_save_s
 from hpcbench.experiments.fault_tolerance.plot import draw_survival
-from hpcbench.experiments.fault_tolerance.rules import C11_OVERHEAD_PCT, affordable_save_s
 from hpcbench.judge.verdict import clopper_pearson
 from hpcbench.present.kit import (Cell, ExperimentData, Figure, Section, Table, check_note, evidence_tables, fmt_number,
                                   image_of, pick, present_stats, source_variants, text_table)

@@ -1,6 +1,7 @@
 """Verdict rules of ``fault_tolerance``: C11 (checkpoint cadence and zstd) and C15 (the 3-try wrapper).
 
-Both references are fixed here from the claims' words, before any value is read. Intervals are
+Both references are fixed from the claims' words, before any value is read: the claims, their figures and
+the bands are declared in :mod:`~hpcbench.experiments.fault_tolerance.claims`; this module reads them. Intervals are
 95 % Student-t intervals over launches (df = launches - 1) of per-launch values, or exact
 (Clopper-Pearson) intervals of 0/1 outcomes pooled over launches; the members a rule adds itself are
 Bonferroni-corrected among themselves (those of :func:`hpcbench.judge.rulekit.judge_levels` are
@@ -69,35 +70,21 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.core.results import json_object
-from hpcbench.experiments.fault_tolerance.guide import (GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S,
-                                                       GUIDE_C15_TRIES)
+from hpcbench.experiments.fault_tolerance.claims import (C11_MIN_NEWEST_SHARE, C11_MIN_RATIO, C11_OVERHEAD_PCT,
+                                                        C15_MIN_SHARE, GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S,
+                                                        GUIDE_C15_TRIES, MIN_EXPECTED_FAILURES, affordable_save_s,
+                                                        survival_reference)
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, select
 from hpcbench.judge.rulekit import Level, in_group, judge_levels, launch_groups
 from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, Interval, Outcome, Reference, clopper_pearson, combine,
                                     judge, mean_interval, share_outcome)
 
-#: C11: a save repeated at the guide's interval may cost at most this share of the wall time, in %.
-C11_OVERHEAD_PCT = 1.0
-#: C11: zstd must write at least 1 % fewer bytes than the raw state.
-C11_MIN_RATIO = 1.01
-#: C11: failures restored from the newest complete checkpoint (or a newer one), at least.
-C11_MIN_NEWEST_SHARE = 0.9
-#: C15: jobs whose wrapper followed its policy, and damaged shards repaired before the next try, at least.
-C15_MIN_SHARE = 0.9
-#: C15: fewer failures than this expected at p_try^3 over all launches cannot tell 3 tries from 2 or 4.
-MIN_EXPECTED_FAILURES = 10
 IN_MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 NOT_APPLICABLE = "not applicable: "
 
 
 # -- C11 ----------------------------------------------------------------------------------
-
-def affordable_save_s(interval_s: float, pct: float = C11_OVERHEAD_PCT) -> float:
-    """The longest save that costs at most ``pct`` % of the wall time at ``interval_s``:
-    save / (interval + save) <= pct / 100  <=>  save <= interval x pct / (100 - pct)."""
-    return interval_s * pct / (100.0 - pct)
-
 
 def storage_problem(launch: pd.Series) -> str | None:
     """C11's overhead is a storage write; a checkpoint folder in memory measured none."""
@@ -241,13 +228,6 @@ def storage_rate_note(evidence: Evidence) -> str:
 
 
 # -- C15 ----------------------------------------------------------------------------------
-
-def survival_reference(p: float) -> Reference:
-    """measured / p^3 within halfway (log scale) to the 2- and 4-try models: [p^0.5, p^-0.5]."""
-    return Reference(1.0, lower=p ** 0.5, upper=p ** -0.5, unit="x",
-                     source=f"'reruns up to {GUIDE_C15_TRIES} times' with independent tries: p^{GUIDE_C15_TRIES}, "
-                            f"not p^2 or p^4")
-
 
 def failure_ratio(k: int, n: int, over: tuple[float, float, float], *, launches: int, jobs: int,
                   confidence: float = CONFIDENCE) -> Interval:

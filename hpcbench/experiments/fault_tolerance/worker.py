@@ -73,7 +73,7 @@ from typing import Any, Callable, Sequence
 
 from hpcbench.core.results import RecordWriter
 from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
-from hpcbench.experiments.fault_tolerance.guide import GUIDE_C15_TRIES
+from hpcbench.experiments.fault_tolerance.claims import GUIDE_C15_TRIES
 
 #: The injected try: exits 1 when its attempt number is in the job's plan, else 0.
 INJECTED_TRY = 'case "$HPCBENCH_INJECT_FAIL" in *" $HPCBENCH_ATTEMPT "*) exit 1;; esac; exit 0'

@@ -2,7 +2,8 @@
 
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.experiments import ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.gradient_compression.config import GUIDE_REGIME, CompressionConfig
+from hpcbench.experiments.gradient_compression.claims import CLAIMS, GUIDE_REGIME
+from hpcbench.experiments.gradient_compression.config import CompressionConfig
 from hpcbench.experiments.gradient_compression.prediction import PREDICTIONS
 from hpcbench.experiments.gradient_compression.present import present_compression
 from hpcbench.experiments.gradient_compression.rules import RULES
@@ -48,7 +49,8 @@ TOY = dict(compressions=["none", "quant2bit"], no_feedback_ablation=False, batch
 SPEC = register(Experiment(
     name="gradient_compression", notebook="04_gradient_compression.ipynb", config=CompressionConfig,
     # the predictions' measured inputs: the scale model's launches
-    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C8": GUIDE_REGIME}),
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C8": GUIDE_REGIME},
+                    declared=CLAIMS),
     summarize=summarize, present=present_compression, estimate=estimate, toy=TOY,
     description="gradient compression (none, fp16, bf16, PowerSGD, 2-bit with and without error feedback): bytes "
                 "on the wire, communication time, samples/s, loss after the same samples, gradient error",

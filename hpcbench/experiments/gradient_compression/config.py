@@ -6,30 +6,22 @@ from dataclasses import dataclass
 
 from hpcbench.core.config import DistributedConfig, param
 from hpcbench.core.errors import ConfigError
-from hpcbench.core.facts import GUIDE_C7_UTIL, GUIDE_C8_BUCKET_BYTES
+# the comparison's arms and C8's regime are declared with the claim; the worker and summary read them here
+from hpcbench.experiments.gradient_compression.claims import BASELINE, GUIDE_REGIME, TECHNIQUE
 from hpcbench.models import MODEL_NAMES, MODELS
-from hpcbench.parallel.compression import COMPRESSIONS, DEFAULT_SKIP, Quant2BitConfig
+from hpcbench.parallel.compression import COMPRESSIONS, DEFAULT_SKIP, GUIDE_BUCKET_BYTES, Quant2BitConfig
 from hpcbench.parallel.modes import COMPRESSIBLE_MODES, modes_layout_problem
-from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
-                                   calibration_steps_param, regime_param)
+from hpcbench.scale.regime import (calibration_rates_param, calibration_rates_problem, calibration_steps_param,
+                                   regime_param)
 
 #: The guide's "4 MB buckets" in DDP's bucket_cap_mb unit (MiB).
-GUIDE_BUCKET_MB = GUIDE_C8_BUCKET_BYTES / (1 << 20)
-#: The series every other one is compared with: float32 all-reduce (DDP's own sums), counted.
-BASELINE = "none"
-#: The guide's technique, as registered in hpcbench.parallel.compression.
-TECHNIQUE = "quant2bit"
+GUIDE_BUCKET_MB = GUIDE_BUCKET_BYTES / (1 << 20)
 #: The ablation series: quant2bit with error_feedback=False (what the residuals are worth).
 NO_FEEDBACK = "quant2bit_noef"
 #: PowerSGD starts compressing at this iteration: DDP rebuilds its buckets after the first, and
 #: PyTorch refuses error feedback before the rebuild; warm-up covers the plain steps before it.
 POWERSGD_START_ITER = 2
 COMPRESSION_NAMES = tuple(COMPRESSIONS.names())
-#: C8's speed level is judged in the case's regime: C8 is one of the optimisations of the tuning case,
-#: whose original ran at 61 % GPU utilisation (C7); here the float32 all-reduce ``none`` is the original.
-GUIDE_REGIME = GuideRegime(claim="C8", target_busy=GUIDE_C7_UTIL[0], baseline=BASELINE,
-                           arithmetic=f"C8 is one of the case's optimisations; the case's original ran at "
-                                      f"{GUIDE_C7_UTIL[0]:.0%} GPU utilisation (C7)")
 #: The record of each calibrated (model, mode)'s reached regime: the busy share of its judged steps, the estimator
 #: of ``fact.regime.reached_busy`` (which holds the launch's worst pair), read by the C8 rule pair by pair.
 REACHED_METRIC = "regime_reached_busy"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from hpcbench.core.facts import GUIDE_C8_BUCKET_BYTES
+from hpcbench.parallel.compression import GUIDE_BUCKET_BYTES
 from hpcbench.scale.guide_scale import (GPT2_124M, GPT_10B, GUIDE_NODES, GUIDE_PLATFORM, GuidePrediction,
                                         MeasuredInputs, Workload, base_inputs, model_step, nic_counts, nics_text,
                                         per_nics, percent, platform_at, predictor, readable_count, two_bit_range,
@@ -45,7 +45,7 @@ def predict_c8(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
             plat = platform_at(platform, nics, measured)
             fp32 = model_step(work.params, plat, nodes, "ddp", compute_s, measured)
             low, high = two_bit_range(work.params, work.plain_fraction, plat, nodes, compute_s, measured,
-                                      bucket_bytes=GUIDE_C8_BUCKET_BYTES)
+                                      bucket_bytes=GUIDE_BUCKET_BYTES)
             values[f"{work.name}.comm_ratio_low@{nics}"] = low.comm_s["total"] / fp32.comm_s["total"]
             values[f"{work.name}.comm_ratio_high@{nics}"] = high.comm_s["total"] / fp32.comm_s["total"]
             values[f"{work.name}.gain_low@{nics}"] = fp32.step_s / high.step_s - 1.0

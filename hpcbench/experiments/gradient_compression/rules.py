@@ -1,14 +1,15 @@
 """Verdict rule of ``gradient_compression``: C8 (2-bit gradients in 4 MB buckets, layer norms left uncompressed).
 
-Fixed here from the claim's words before any value was looked at. C8: "Gradient compression to
+Fixed here from the claim's words before any value was looked at (the claim, its figures, bands and
+regime are declared in :mod:`~hpcbench.experiments.gradient_compression.claims`). C8: "Gradient compression to
 2 bits in 4 MB buckets, leaving layer_norm parameters uncompressed, is one of the case's
 communication optimisations"; predicted: 16x less traffic for compressed buckets.
 
 * **Setting** — read from what the launch recorded, never from its values: the ``quant2bit``
-  series sent codes of :data:`~hpcbench.core.facts.GUIDE_C8_BITS` = 2 bits (its recorded
-  ``wire_bits``), every series ran with DDP buckets of the guide's 4 MiB (``bucket_cap_mb``
-  = ``GUIDE_C8_BUCKET_BYTES``), and the ``skip`` list leaves a parameter named ``layer_norm``
-  uncompressed. A launch in another setting measures another technique: not applicable, with
+  series sent codes of :data:`~hpcbench.experiments.gradient_compression.claims.GUIDE_C8_BITS` = 2
+  bits (its recorded ``wire_bits``), every series ran with DDP buckets of the guide's 4 MiB
+  (``bucket_cap_mb`` = ``GUIDE_C8_BUCKET_BYTES``), and the ``skip`` list leaves a parameter named
+  ``layer_norm`` uncompressed. A launch in another setting measures another technique: not applicable, with
   the reason.
 * **Level 1, traffic** — per model and mode, the compressed part's float32 bytes over the bytes
   it really sent, both counted per step by the hook (never assumed). Reference: **16x** (32 bits
@@ -34,7 +35,7 @@ the values. Fewer than 5 launches x 5 steps: inconclusive (n = ...).
 **The regime of level 2, stated before any launch was run.** What 2-bit codes save in time depends
 on the share of the step spent communicating: C8 is "one of the case's communication
 optimisations", so its effect is judged in the case's regime, where the case's original (the
-float32 ``none`` series here) was 61 % busy (``config.GUIDE_REGIME``, the same as C7's). Per model and
+float32 ``none`` series here) was 61 % busy (``claims.GUIDE_REGIME``, the same as C7's). Per model and
 mode, ``none``'s busy share is its no-op twin's median step over its own (``noop_step_p50_ms`` /
 ``step_p50_ms`` of the launch's summary) in that launch. Each launch is keyed by where each pair
 stood (within +-5 points of 61 % or not), as C7 keys its launches, so launches that reached the
@@ -63,9 +64,11 @@ from typing import Callable
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES
 from hpcbench.core.results import json_object
-from hpcbench.experiments.gradient_compression.config import BASELINE, GUIDE_REGIME, REACHED_METRIC, TECHNIQUE
+from hpcbench.experiments.gradient_compression.claims import (BASELINE, C8_MIN_GAIN, C8_MIN_REDUCTION, C8_REDUCTION,
+                                                              GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES, GUIDE_REGIME,
+                                                              TECHNIQUE)
+from hpcbench.experiments.gradient_compression.config import REACHED_METRIC
 from hpcbench.experiments.gradient_compression.summary import LOSS_TOLERANCE
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
@@ -74,12 +77,6 @@ from hpcbench.judge.verdict import Reference, combine_verdicts
 from hpcbench.parallel.compression import is_skipped
 from hpcbench.scale.regime import FACT_REACHED, MATCHED, MISSED, finite_number, regime_reason
 
-#: Level 1: float32 bytes over sent bytes of the compressed part; the guide's 32 / 2 bits ...
-C8_REDUCTION = 32 / GUIDE_C8_BITS
-#: ... and the least that counts: 2 bits plus at most a third more for scales and padding.
-C8_MIN_REDUCTION = 12.0
-#: Level 2: samples/s of quant2bit over none must gain at least this much (our bound).
-C8_MIN_GAIN = 1.05
 #: Parameters that do not split launches into groups (the rule pairs series inside a launch).
 IGNORED_PARAMS = ("models", "modes", "compressions", "no_feedback_ablation")
 

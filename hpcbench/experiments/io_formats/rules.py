@@ -11,6 +11,9 @@ that its three measures "fix the storage bottleneck": the bottleneck C4 names. W
 bottleneck is absent (a local file system has no metadata server to overload) a container format
 or a deeper buffer has nothing to fix, and a gain or its absence there says nothing about the
 claim; so C5 applies exactly where C4 does.
+
+The claims, their figures and the bands it judges with are declared in :mod:`~hpcbench.experiments.io_formats.claims`;
+this module reads them.
 """
 
 from __future__ import annotations
@@ -18,24 +21,14 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.core.results import json_object
+from hpcbench.experiments.io_formats.claims import (C4_IDLE_LOWER, C5_BUFFER_SHARE, C5_FORMATS, C5_SPEEDUP,
+                                                    GUIDE_C4_IDLE, GUIDE_PREFETCH)
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels
 from hpcbench.judge.verdict import Reference
 
 SMALL_FILES = "files"
-#: C4 (guide sec. 2.2, "Storage I/O bottleneck"): reading ImageNet as small files from Lustre "left the GPUs idle
-#: 65 % of the time". Only this rule reads it, so it lives here (the claim's wording: hpcbench.guide.claims).
-GUIDE_C4_IDLE = 0.65
-#: The container formats the guide names (tar is measured too, but the claim is about these).
-C5_FORMATS = ("hdf5", "tfrecord")
-#: C4: small files must leave the accelerator idle at least half the time (the guide: 65 %).
-C4_IDLE_LOWER = 0.5
-#: C5: a container format must read >= 1.2x the small files' samples/s to "fix" the bottleneck;
-#: the guide's buffer must reach >= 90 % of one twice as deep; staging must gain >= 1.2x.
-C5_SPEEDUP = 1.2
-C5_BUFFER_SHARE = 0.9
-GUIDE_PREFETCH = 1
 
 
 def setting_of(launch: pd.Series) -> tuple[int, int]:

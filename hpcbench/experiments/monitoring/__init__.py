@@ -1,6 +1,7 @@
 """Experiment ``monitoring``: real faults on one node of the emulated cluster, utilisation against the C6 alerts (C6)."""
 
 from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
+from hpcbench.experiments.monitoring.claims import CLAIMS
 from hpcbench.experiments.monitoring.config import MonitoringConfig
 from hpcbench.experiments.monitoring.present import present_monitoring
 from hpcbench.experiments.monitoring.rules import RULES
@@ -33,7 +34,8 @@ TOY = dict(faults=["none", "slow_storage", "cpu_contention"], phase_s=2.0, inter
 
 
 SPEC = register(Experiment(
-    name="monitoring", notebook="07_monitoring.ipynb", config=MonitoringConfig, claims=ClaimSet(RULES),
+    name="monitoring", notebook="07_monitoring.ipynb", config=MonitoringConfig,
+    claims=ClaimSet(RULES, declared=CLAIMS),
     summarize=summarize, present=present_monitoring, estimate=estimate, toy=TOY,
     description="training on 2 nodes with a real fault per phase on the last node (slow or lossy link, throttled "
                 "storage, CPU contention): plain utilisation against the C6 metrics and their alerts",

@@ -35,25 +35,22 @@ Failed tasks never reach the rule (the ledger drops them).
 How many launches: with the baseline and two tested faults (3 members, each interval at
 1 - 0.05/3), 5 caught of 5 gives an exact lower bound of 0.38, inside the band's edge, so 5
 launches can never reproduce; 8 of 8 gives 0.55. Run >= 8 launches for a verdict.
+
+The claim, its thresholds and the bands are declared in :mod:`~hpcbench.experiments.monitoring.claims`; this
+module reads them.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from hpcbench.experiments.monitoring.claims import CAUGHT, MAJORITY, QUIET
 from hpcbench.experiments.monitoring.config import NO_FAULT
 from hpcbench.experiments.monitoring.summary import UTIL_HEALTHY_MIN
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import in_group, launch_groups
 from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, Outcome, Reference, combine, share_outcome
-
-#: A share of launches counts as "most" from here (both members' band edge).
-MAJORITY = 0.5
-QUIET = Reference(0.0, upper=MAJORITY, unit="",
-                  source="'a healthy run meets all four thresholds': alerts in at most half the baseline launches")
-CAUGHT = Reference(1.0, lower=MAJORITY, unit="",
-                   source="'monitor ... against alert thresholds' catches what utilisation hides: in most launches")
 
 
 def _members(summaries: pd.DataFrame) -> list[tuple[str, int, int, int, Reference, str | None]]:

@@ -23,16 +23,16 @@ import json
 import math
 from typing import Any
 
-from hpcbench.core.facts import GUIDE_C6_SM_EFFICIENCY_MIN
 from hpcbench.core.sanity import Verification
 from hpcbench.experiments.monitoring.config import FAULT_METRICS, NO_FAULT, MonitoringConfig
 from hpcbench.fault.phases import NO_INJECTION_RECORD, phase_problems
+from hpcbench.monitor.thresholds import ALERT_SM_EFFICIENCY_MIN
 
 EXPERIMENT = "monitoring"
 #: Plain utilisation "looks healthy" at or above this share (our bound, fixed before any run): the
 #: bar the guide sets for the GPU metric of the same claim (SM efficiency > 80 %), applied to what an
 #: operator watching only utilisation sees. Below it, utilisation itself shows that something is wrong.
-UTIL_HEALTHY_MIN = GUIDE_C6_SM_EFFICIENCY_MIN
+UTIL_HEALTHY_MIN = ALERT_SM_EFFICIENCY_MIN
 #: Sampled utilisation, per device or host.
 UTILISATION_METRICS = ("gpu_utilization", "cpu_utilization")
 #: Each rank's own CPU busy share per phase, recorded by the worker (not sampled).

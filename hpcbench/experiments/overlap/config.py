@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 
 from hpcbench.core.config import DistributedConfig, param
-from hpcbench.core.facts import GUIDE_C9_MICRO_STEPS
 from hpcbench.models import MODEL_NAMES, MODELS
+from hpcbench.parallel.overlap import GUIDE_MICRO_STEPS
 
 #: The baseline every series is compared with: one synchronised micro-step per optimizer step.
 BASELINE_MICRO_STEPS = 1
@@ -26,7 +26,7 @@ class OverlapExperimentConfig(DistributedConfig):
                               choices=MODEL_NAMES,
                               allowed="non-empty, no repeats; weather (grid) or GPT-2 (text) models: a "
                                       "BatchNorm model's micro-batches cannot give one big batch's gradients")
-    micro_steps: list[int] = param([1, GUIDE_C9_MICRO_STEPS],
+    micro_steps: list[int] = param([1, GUIDE_MICRO_STEPS],
                                    "micro-steps k accumulated per optimizer step; 1 (synchronise every step) is "
                                    "the baseline, 4 the guide's", min=1, max=1024,
                                    allowed="no repeats, must include 1")

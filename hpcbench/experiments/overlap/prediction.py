@@ -6,7 +6,7 @@ The ledger's "predicted at the guide's scale" for this claim; the inputs it shar
 from __future__ import annotations
 
 from hpcbench.core.errors import ConfigError
-from hpcbench.core.facts import GUIDE_C9_MICRO_STEPS
+from hpcbench.parallel.overlap import GUIDE_MICRO_STEPS
 from hpcbench.scale.guide_scale import (GUIDE_NODES, GUIDE_PLATFORM, GuidePrediction, MeasuredInputs, base_inputs,
                                         guide_weather_split, model_step, nic_counts, nics_text, per_nics, percent,
                                         platform_at, predictor, readable_count, weather_params)
@@ -15,7 +15,7 @@ from hpcbench.scale.platforms import Platform
 
 def predict_c9(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_NODES,
                nics_per_node: int | None = None, measured: MeasuredInputs | None = None,
-               params: float | None = None, micro_steps: int = GUIDE_C9_MICRO_STEPS,
+               params: float | None = None, micro_steps: int = GUIDE_MICRO_STEPS,
                compute_s: float | None = None) -> GuidePrediction:
     """C9: ``micro_steps`` micro-steps under no_sync (one all-reduce) over synchronising every micro-step.
 

@@ -1,6 +1,7 @@
 """Verdict rule of ``overlap``: C9 (accumulate under no_sync() for 4 micro-steps, synchronise once).
 
-Fixed here from the claim's words before any value was looked at. C9: "Overlapping computation
+Fixed here from the claim's words before any value was looked at (the claim and its band are declared in
+:mod:`~hpcbench.experiments.overlap.claims`). C9: "Overlapping computation
 and communication by accumulating gradients locally under no_sync() for 4 micro-steps, then
 synchronising once, is one of the case's optimisations"; predicted: "4x fewer gradient
 all-reduces per sample (one per 4 micro-steps)". C9 is a *technique*: the verdict says whether
@@ -38,14 +39,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C9_MICRO_STEPS
+from hpcbench.experiments.overlap.claims import C9_MIN_GAIN
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
 from hpcbench.judge.verdict import Reference
-
-#: Samples/s of k=4 with no_sync() over k=4 synchronising every micro-step must gain at least this much (our bound).
-C9_MIN_GAIN = 1.05
+from hpcbench.parallel.overlap import GUIDE_MICRO_STEPS
 
 
 def c9_comparisons(models: list[str]) -> list[Comparison]:
@@ -53,10 +52,10 @@ def c9_comparisons(models: list[str]) -> list[Comparison]:
     out = []
     for model in models:
         # same k, so the same optimizer steps and samples per optimizer step: only no_sync() differs
-        base = {"model": model, "micro_steps": GUIDE_C9_MICRO_STEPS, "no_sync": False}
-        guide = {"model": model, "micro_steps": GUIDE_C9_MICRO_STEPS, "no_sync": True}
-        out.append(Comparison(label=f"{model}: samples/s, k={GUIDE_C9_MICRO_STEPS} no_sync / "
-                                    f"k={GUIDE_C9_MICRO_STEPS} sync each micro-step",
+        base = {"model": model, "micro_steps": GUIDE_MICRO_STEPS, "no_sync": False}
+        guide = {"model": model, "micro_steps": GUIDE_MICRO_STEPS, "no_sync": True}
+        out.append(Comparison(label=f"{model}: samples/s, k={GUIDE_MICRO_STEPS} no_sync / "
+                                    f"k={GUIDE_MICRO_STEPS} sync each micro-step",
                               numerator=guide, denominator=base,
                               reference=Reference(C9_MIN_GAIN, lower=C9_MIN_GAIN, unit="x",
                                                   source="our bound: the guide gives no figure for C9 alone")))
@@ -69,12 +68,12 @@ def rule_c9(claim: Claim, evidence: Evidence) -> Judgement:
     The synchronisation count is a sanity check, not a verdict part.
     """
     models = sorted(set(evidence.summaries.get("model", pd.Series(dtype=str)).dropna()))
-    what = (f"Paired per launch, per model: median total samples/s of k={GUIDE_C9_MICRO_STEPS} with no_sync() over "
-            f"k={GUIDE_C9_MICRO_STEPS} synchronising every micro-step (the same optimizer steps on the same samples "
+    what = (f"Paired per launch, per model: median total samples/s of k={GUIDE_MICRO_STEPS} with no_sync() over "
+            f"k={GUIDE_MICRO_STEPS} synchronising every micro-step (the same optimizer steps on the same samples "
             f"per optimizer step, only no_sync() differs), reference >= {C9_MIN_GAIN:g}x (our bound: the guide "
             f"gives no figure for C9 alone). Sanity check, "
             f"not a verdict part: every step's synchronisations, counted by the all-reduce hook, equal what k and "
-            f"no_sync() say (1 per {GUIDE_C9_MICRO_STEPS} micro-steps under no_sync(): 4x fewer by definition); a "
+            f"no_sync() say (1 per {GUIDE_MICRO_STEPS} micro-steps under no_sync(): 4x fewer by definition); a "
             f"series that fails it, or its gradient, parameter-agreement or loss check, does not count. Applies "
             f"only where the inter-node link is slower than the intra-node one (the emulated cluster's shaped link "
             f"or real nodes).")

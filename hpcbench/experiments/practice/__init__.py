@@ -1,9 +1,9 @@
 """Experiment ``practice``: the C12 gate before scaling out, on real faults injected one phase each (C12)."""
 
 from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
+from hpcbench.experiments.practice.claims import CLAIMS, GATE_REGIME
 from hpcbench.experiments.practice.config import PracticeConfig
 from hpcbench.experiments.practice.present import present_practice
-from hpcbench.experiments.practice.regime import GATE_REGIME
 from hpcbench.experiments.practice.rules import RULES
 from hpcbench.experiments.practice.summary import summarize
 from hpcbench.models.footprint import training_memory
@@ -35,7 +35,8 @@ TOY = dict(faults=["none", "cpu_contention", "slow_node", "slow_link"], phase_s=
 
 
 SPEC = register(Experiment(
-    name="practice", notebook="12_practice.ipynb", config=PracticeConfig, claims=ClaimSet(RULES, regimes={"C12": GATE_REGIME}),
+    name="practice", notebook="12_practice.ipynb", config=PracticeConfig,
+    claims=ClaimSet(RULES, regimes={"C12": GATE_REGIME}, declared=CLAIMS),
     summarize=summarize, present=present_practice, estimate=estimate, toy=TOY,
     description="training on 2 nodes with one real fault per phase on the last node (slow, lossy or flapping link, "
                 "slow storage, CPU contention, unbound threads, a slow node): the C12 gate after each phase, and the "

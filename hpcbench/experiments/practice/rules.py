@@ -52,30 +52,24 @@ launches (35 of 35) give an exact lower bound of 0.88, inside the band; one faul
 launch (30 of 35) gives 0.67, inconclusive. The quiet baseline needs 7 launches: 0 false alarms
 in 7 gives an exact upper bound of 0.47, below the band's 0.5; 0 in 5 gives 0.58, which can never
 be reproduced.
+
+The claim, its figures, the bands and the regime are declared in :mod:`~hpcbench.experiments.practice.claims`;
+this module reads them.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from hpcbench.experiments.practice.claims import (CATCH, CATCH_LOWER, GATE_REGIME, GUIDE_C12_PROBLEMS_AVOIDED,
+                                                  MAJORITY, QUIET)
 from hpcbench.experiments.practice.config import NO_FAULT
-from hpcbench.experiments.practice.regime import FACT_HEALTHY_CV, GATE_REGIME, IN_REGIME
+from hpcbench.experiments.practice.regime import FACT_HEALTHY_CV, IN_REGIME
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import in_group, launch_groups
-from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, Outcome, Reference, combine, share_outcome
+from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, NOT_REPRODUCED, Outcome, combine, share_outcome
 
-#: The guide's figure: the share of common problems the gate avoids (C12, "avoids 90 %").
-GUIDE_C12_PROBLEMS_AVOIDED = 0.90
-#: The catch fraction's band edge: "about nine in ten" as a round figure (see the module docstring).
-CATCH_LOWER = 0.80
-#: A share of launches counts as "most" from here.
-MAJORITY = 0.5
-CATCH = Reference(GUIDE_C12_PROBLEMS_AVOIDED, lower=CATCH_LOWER, unit="",
-                  source="'this avoids 90 % of common problems': the gate fails on about nine faults in ten")
-QUIET = Reference(0.0, upper=MAJORITY, unit="",
-                  source="a gate before scaling out must let a healthy run through: false alarms in at most half "
-                         "the launches")
 CATCH_LABEL = "catch fraction (faults the gate fails on / faults injected)"
 QUIET_LABEL = "baseline: launches where the gate fails the healthy run (false alarms)"
 

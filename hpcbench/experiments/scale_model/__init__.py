@@ -2,6 +2,7 @@
 
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
+from hpcbench.experiments.scale_model.claims import CLAIMS
 from hpcbench.experiments.scale_model.config import RUN_MODES, ScaleModelConfig
 from hpcbench.experiments.scale_model.present import present_scale_model
 from hpcbench.experiments.scale_model.rules import RULES, predict_c1_at_guide_scale
@@ -76,7 +77,7 @@ SPEC = register(Experiment(
     # The ledger's "predicted at the guide's scale" for C1: the model at the guide's platform, with this
     # experiment's measured link efficiency as an input where it has launches. The experiments that rule on
     # C2, C3, C7, C8 and C9 predict them, with this experiment's evidence (their SPECs' prediction_inputs).
-    claims=ClaimSet(RULES, {"C1": predict_c1_at_guide_scale}),
+    claims=ClaimSet(RULES, {"C1": predict_c1_at_guide_scale}, declared=CLAIMS),
     summarize=summarize, present=present_scale_model, estimate=estimate, toy=TOY,
     description="the scale model validated on the emulated cluster: per link rate, collectives fitted with "
                 "alpha-beta, each mode's step predicted from them and the no-op compute, residuals against "

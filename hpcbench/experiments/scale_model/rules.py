@@ -5,7 +5,8 @@ model's GPU utilisation below 40 % for a long time". Nothing here can run a 10B 
 and the guide gives no setting to rerun; what can be asked is whether the anecdote is
 **consistent with the model**: whether the validated scale model (:mod:`hpcbench.scale`), fed
 with the link efficiency a real transport reaches over a shaped link, puts the busy share of
-the guide's setting below 40 %. Fixed here before any value was looked at.
+the guide's setting below 40 %. Fixed here before any value was looked at; the claim, its reference and the
+assumptions below are declared in :mod:`~hpcbench.experiments.scale_model.claims`.
 
 **The assumptions** (every one stated in the detail; none tuned to the data):
 
@@ -53,29 +54,18 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
+from hpcbench.experiments.scale_model.claims import (C1_BUCKET_BYTES, C1_GRAD_BYTES, C1_NIC_COUNTS, C1_NICS, C1_NODES,
+                                                     C1_PARAMS, C1_PLATFORM, C1_REFERENCE, C1_THRESHOLD, C1_TOKENS)
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import CONTEXT, NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import in_group, launch_groups
-from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, REPRODUCED, Outcome, Reference, judge, single_value
+from hpcbench.judge.verdict import CONFIDENCE, INCONCLUSIVE, REPRODUCED, Outcome, judge, single_value
 from hpcbench.scale.guide_scale import ModelText
 from hpcbench.scale.platforms import LinkModel, Platform, get_platform
-from hpcbench.scale.predict import (C1_NODES, C1_PARAMS, C1_THRESHOLD, Prediction, predict_c1, predict_step,
-                                    training_flops)
+from hpcbench.scale.predict import Prediction, predict_c1, predict_step, training_flops
 
-C1_PLATFORM = "a100_hdr"
-#: NICs per node of the sensitivity's default point: C16's "connected by 200 Gb/s HDR InfiniBand", read literally.
-C1_NICS = 1
-#: NICs per node the rule reads the condition at: the guide's platform line read literally (1: "200 Gbps HDR"),
-#: up to a DGX A100's 8, the stated alternative.
-C1_NIC_COUNTS = (1, 2, 4, 8)
-C1_TOKENS = 2048
-C1_GRAD_BYTES = 4
-C1_BUCKET_BYTES = DDP_DEFAULT_BUCKET_BYTES
 #: An inter-node fit below this r2 does not describe the link by alpha and beta: its efficiency is not used.
 C1_MIN_R2 = 0.9
-C1_REFERENCE = Reference(C1_THRESHOLD, upper=C1_THRESHOLD, unit="",
-                         source="the guide's C1: GPU utilisation below 40 %")
 #: Bytes per parameter of fp32 Adam training under plain DDP: weights, gradients and two moments, 4 bytes each.
 ADAM_BYTES_PER_PARAM = 16
 #: Device memory of the guide's GPU (A100 80 GB data sheet).

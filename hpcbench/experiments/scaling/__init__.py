@@ -1,12 +1,12 @@
 """Experiment ``scaling``: 1 -> 2 -> 4 nodes, the C12 gate checked before each step out (C13)."""
 
 from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, Resources, register
+from hpcbench.experiments.scaling.claims import CLAIMS, GATE_REGIME
 from hpcbench.experiments.scaling.config import ScalingConfig
 from hpcbench.experiments.scaling.present import present_scaling
 from hpcbench.experiments.scaling.rules import RULES
 from hpcbench.experiments.scaling.summary import summarize
 from hpcbench.models.footprint import CPU_SPEED, GPU_SPEED, training_memory, training_step_seconds
-from hpcbench.practice.regime import GATE_REGIME
 
 #: Start-up of one stage's launch besides its steps: torchrun or srun, the ranks' imports and rendezvous
 #: (5-10 s on 2 cores), and the driver reading the stage's records for the gate.
@@ -50,7 +50,8 @@ TOY = dict(stages=[1, 2], batch_size=2, warmup_steps=1, steps=10, calibration_st
 
 SPEC = register(Experiment(
     name="scaling", notebook="11_scaling.ipynb", config=ScalingConfig,
-    claims=ClaimSet(RULES, regimes={"C13": GATE_REGIME}),  # C13 reads only the gates run in C12's regime
+    # C13 reads only the gates run in C12's regime
+    claims=ClaimSet(RULES, regimes={"C13": GATE_REGIME}, declared=CLAIMS),
     summarize=summarize, present=present_scaling, resources=resources, estimate=estimate, toy=TOY,
     description="progressive scaling 1 -> 2 -> 4 nodes under DDP: per-node efficiency at each stage, the C12 gate "
                 "checked before each step out, stopping with the check that failed",

@@ -58,7 +58,7 @@ def draw_step_times(ax: Any, summary: Any) -> None:
 def scaling_plot(summary: Any, *, title: str = "Progressive scaling behind the gate"):
     """The notebook's figure of :func:`~hpcbench.experiments.scaling.summary.summarize`'s frame; returns the
     matplotlib Figure. Left: per-node efficiency per stage (:func:`draw_efficiency`); right: :func:`draw_step_times`."""
-    from hpcbench.experiments.scaling.rules import C13_MIN_EFFICIENCY
+    from hpcbench.experiments.scaling.claims import C13_MIN_EFFICIENCY
 
     def draw(axes: list) -> None:
         draw_efficiency(axes[0], summary, reference=C13_MIN_EFFICIENCY)

@@ -55,7 +55,7 @@ def _figure(ran: pd.DataFrame) -> Figure:
     from matplotlib.figure import Figure as MplFigure
 
     from hpcbench.experiments.scaling.plot import draw_efficiency
-    from hpcbench.experiments.scaling.rules import C13_MIN_EFFICIENCY
+    from hpcbench.experiments.scaling.claims import C13_MIN_EFFICIENCY
 
     med = (ran.groupby(["source", "variant", "nodes"], sort=True)
            .agg(efficiency=("efficiency", "median"), gate=("gate", lambda g: bool((g == True).all())))  # noqa: E712

@@ -40,6 +40,9 @@ regime are judged, the others are named. Launches that ran the gate with limits 
 counted. Where no launch's gate ran in the regime, C13 is "inconclusive: no gate ran in C12's
 regime (...)", with the reason (what the calibrations measured, or that none was recorded) and,
 shown but not counted, what those launches measured.
+
+The claim, its bound and the regime it reads are declared in :mod:`~hpcbench.experiments.scaling.claims`; this
+module reads them.
 """
 
 from __future__ import annotations
@@ -51,14 +54,11 @@ import pandas as pd
 
 from hpcbench.core.facts import EMULATED_CLUSTER
 from hpcbench.core.results import json_object
+from hpcbench.experiments.scaling.claims import C13_MIN_EFFICIENCY, CLEARED, GATE_REGIME, STOPPED
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, in_group, judge_comparisons
-from hpcbench.judge.verdict import Reference
-from hpcbench.practice.regime import GATE_REGIME
 
-#: Per-node weak-scaling efficiency that counts as "keeps scaling" (our bound; see the module docstring).
-C13_MIN_EFFICIENCY = 0.8
 #: The driver's record of the CPUs of the host it ran on (a fact: the rule reads it as ``host_cpus``).
 HOST_CPUS_FACT = "fact.host_cpus"
 #: Parameters that change neither what a stage measures nor which gate it runs: launches differing only in them pool.
@@ -102,12 +102,10 @@ def c13_comparisons(launch: pd.Series) -> list[Comparison]:
         out += [
             Comparison(label=f"{k} nodes, gate passed before: per-node throughput / 1 node's",
                        numerator={"nodes": k, "cleared": True, "ran": True}, denominator=base, not_applicable=why,
-                       reference=Reference(C13_MIN_EFFICIENCY, lower=C13_MIN_EFFICIENCY, unit="x",
-                                           source="our bound: keeps scaling = per-node efficiency >= 0.8")),
+                       reference=CLEARED),
             Comparison(label=f"{k} nodes, gate failed before: per-node throughput / 1 node's",
                        numerator={"nodes": k, "cleared": False, "ran": True}, denominator=base, not_applicable=why,
-                       reference=Reference(C13_MIN_EFFICIENCY, upper=C13_MIN_EFFICIENCY, unit="x",
-                                           source="our bound: a configuration the gate stops would not scale")),
+                       reference=STOPPED),
         ]
     return out
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcbench.core.config import DistributedConfig, param
-from hpcbench.core.facts import GUIDE_C7_STEP_MS, GUIDE_C7_UTIL
+# C7's regime is declared with the claim; the worker reads it here
+from hpcbench.experiments.weather_case.claims import GUIDE_REGIME
 from hpcbench.experiments.weather_case.stages import BASELINE, STAGE_NAMES, STAGES
 from hpcbench.models import MODELS
 from hpcbench.parallel.modes import MODES
-from hpcbench.scale.regime import (GuideRegime, calibration_rates_param, calibration_rates_problem,
-                                   calibration_steps_param, regime_param)
+from hpcbench.scale.regime import (calibration_rates_param, calibration_rates_problem, calibration_steps_param,
+                                   regime_param)
 
 #: The grid models (weather ViTs) the experiment can train.
 GRID_MODELS = tuple(name for name in MODELS.names() if MODELS.get(name).kind == "grid")
@@ -19,24 +20,6 @@ GRID_MODELS = tuple(name for name in MODELS.names() if MODELS.get(name).kind == 
 LOSS_TOLERANCE = 0.05
 #: Where the data come from: the weather HDF5 set read with WeatherDataset, or synthetic waves made on each rank.
 DATA_SOURCES = ("hdf5", "synthetic")
-
-#: C7's regime: the share of ``original``'s step spent computing on the guide's platform.
-GUIDE_REGIME = GuideRegime(
-    claim="C7", target_busy=GUIDE_C7_UTIL[0], baseline=BASELINE,
-    arithmetic=f"the guide's original: {GUIDE_C7_STEP_MS[0]} ms/step at {GUIDE_C7_UTIL[0]:.0%} GPU utilisation, "
-               f"i.e. {GUIDE_C7_UTIL[0] * GUIDE_C7_STEP_MS[0]:.0f} ms computing and "
-               f"{(1 - GUIDE_C7_UTIL[0]) * GUIDE_C7_STEP_MS[0]:.0f} ms waiting on communication: busy share "
-               f"{GUIDE_C7_UTIL[0]:.2f}")
-"""The guide's regime for C7, derived from its own figures.
-
-The guide's original ran 420 ms per step at 61 % GPU utilisation: 0.61 x 420 = 256 ms of
-compute and 420 - 256 = 164 ms of exposed communication per step, so ``original``'s busy share
-(no-op twin's step over the stage's, :mod:`~hpcbench.experiments.weather_case.worker`) must be
-0.61 for this scale model to sit where the guide's case sat. Check: 256 / 420 = 0.6095. On CPU
-ranks at the cluster's calibrated link the same model is ~85 % busy: 15 % communication leaves
-the techniques a fraction of the guide's 39 % to save, so a verdict there says nothing about
-the guide's claim.
-"""
 
 
 @dataclass

@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from hpcbench.core.errors import ConfigError
-from hpcbench.core.facts import GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, GUIDE_C8_BUCKET_BYTES, GUIDE_C9_MICRO_STEPS
+from hpcbench.experiments.weather_case.claims import GUIDE_C7_STEP_MS, GUIDE_C7_UTIL
+from hpcbench.parallel.compression import GUIDE_BUCKET_BYTES
+from hpcbench.parallel.overlap import GUIDE_MICRO_STEPS
 from hpcbench.scale.guide_scale import (GUIDE_NODES, GUIDE_PLATFORM, WEATHER_PRESET, GuidePrediction, MeasuredInputs,
                                         base_inputs, guide_weather_split, model_step, nic_counts, nics_text,
                                         params_for_comm, per_nics, platform_at, predictor, readable_count,
@@ -22,7 +24,7 @@ WEATHER_SIZES = (26_000_000, 1_000_000_000, 10_000_000_000)
 def predict_c7(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_NODES,
                nics_per_node: int | None = None, measured: MeasuredInputs | None = None,
                params: float | None = None, sizes: Iterable[float] = WEATHER_SIZES,
-               micro_steps: int = GUIDE_C9_MICRO_STEPS) -> GuidePrediction:
+               micro_steps: int = GUIDE_MICRO_STEPS) -> GuidePrediction:
     """C7: the weather case's 420 ms step after topology-aware 2-bit reduction, then with no_sync overlap.
 
     From the guide's own figures, 420 ms at 61 % busy is 256 ms of compute and 164 ms exposed
@@ -67,7 +69,7 @@ def predict_c7(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
         plat = platform_at(platform, nics, measured)
         for p in all_sizes:
             ring = model_step(p, plat, nodes, "ddp", busy, measured).comm_s["total"]
-            low, high = two_bit_range(p, plain, plat, nodes, busy, measured, bucket_bytes=GUIDE_C8_BUCKET_BYTES,
+            low, high = two_bit_range(p, plain, plat, nodes, busy, measured, bucket_bytes=GUIDE_BUCKET_BYTES,
                                       mode="quant2bit_hierarchical")
             values[f"ring_ms[{p:.0f}]@{nics}"] = ring * 1e3
             values[f"tuned_comm_ms_low[{p:.0f}]@{nics}"] = low.comm_s["total"] * 1e3

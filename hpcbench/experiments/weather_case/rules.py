@@ -1,6 +1,8 @@
 """Verdict rule of ``weather_case``: C7, the tuning case "3.2x faster" (guide section 3).
 
-Written from the claim's words before any value was looked at.
+Written from the claim's words before any value was looked at. The claim, its table, its bands, its regime,
+the guide's consistency and what the platform can show are declared in
+:mod:`~hpcbench.experiments.weather_case.claims`; this module reads them.
 
 **The claim.** "Topology-aware communication, gradient compression and compute/communication
 overlap made a weather-forecast model's training step 3.2x faster": original 420 ms/step (61 %
@@ -50,7 +52,7 @@ the claim applies only where one exists (the emulated cluster's shaped link, or 
 
 **The regime (dynamic similarity), from recorded facts, stated before any launch was run.** The
 guide's figures hold in the guide's regime: its original was 61 % busy (420 ms/step, 256 ms of
-compute, 164 ms of exposed communication; :data:`~hpcbench.experiments.weather_case.config.GUIDE_REGIME`).
+compute, 164 ms of exposed communication; :data:`~hpcbench.experiments.weather_case.claims.GUIDE_REGIME`).
 What the techniques can save depends on that share, so the levels are judged only in launches
 calibrated to it (``regime: guide``) whose ``original`` reached it in the judged steps:
 ``fact.regime.reached_busy`` within +-5 points of ``fact.regime.target_busy`` (0.61). A calibrated
@@ -74,14 +76,15 @@ import dataclasses
 
 import pandas as pd
 
-from hpcbench.core.facts import GUIDE_C7_SPEEDUP, GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, LINK_PEAKS_GBPS
-from hpcbench.experiments.weather_case.config import GUIDE_REGIME
+from hpcbench.core.facts import LINK_PEAKS_GBPS
+from hpcbench.experiments.weather_case.claims import (GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, GUIDE_REGIME, LEVEL_REFERENCES,
+                                                      LEVEL_STAGES, amdahl_reach, guide_consistency)
 from hpcbench.experiments.weather_case.stages import BASELINE
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NOT_TESTABLE, Evidence, Judgement
-from hpcbench.judge.feasibility import Consistency, Reach, amdahl_cap, decide
+from hpcbench.judge.feasibility import decide
 from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
-from hpcbench.judge.verdict import INCONCLUSIVE, MEAN_TIME, NOT_REPRODUCED, gain_reference
+from hpcbench.judge.verdict import INCONCLUSIVE, MEAN_TIME, NOT_REPRODUCED
 from hpcbench.scale.regime import (FACT_RATE, group_reached_busy, key_launches_by_regime, regime_applies,
                                    with_measured_busy)
 
@@ -89,45 +92,11 @@ _ORIGINAL, _COMM, _FULL = GUIDE_C7_STEP_MS
 #: The guide's fabric, the link its figures were measured over (C16).
 GUIDE_LINK = "HDR InfiniBand (200 Gb/s)"
 
-def guide_consistency() -> Consistency:
-    """Whether the guide's 3.2x fits its own 61 % utilisation, from the guide's figures alone.
-
-    All three techniques spare communication; the compute of a micro-step stays. A step 61 % busy has
-    39 % to spare, so removing every byte and every wait gives at most 1 / 0.61 = 1.64x (Amdahl). The
-    guide's 420 -> 132 ms needs the busy time itself to fall from 256 to 121 ms, a 2.1x cut of the
-    compute the guide never describes. Level 1 (420 -> 310 ms, 1.35x) fits within the cap; level 2 does not.
-    """
-    util = GUIDE_C7_UTIL[0]
-    cap = amdahl_cap(util)
-    busy = [ms * u for ms, u in zip(GUIDE_C7_STEP_MS, GUIDE_C7_UTIL)]
-    level2 = _ORIGINAL / _FULL
-    return Consistency(
-        holds=level2 <= cap,
-        reason=f"{util:.0%} busy caps communication gains at {cap:.2f}x",
-        arithmetic=f"the original step is {util:.0%} busy ({_ORIGINAL} ms at {util:.0%} utilisation), so sparing all "
-                   f"communication gives at most 1 / {util:.2f} = {cap:.2f}x; the guide reports {_ORIGINAL} -> {_FULL} "
-                   f"ms = {level2:.2f}x, which needs the busy time per step to fall {busy[0]:.0f} -> {busy[2]:.0f} ms "
-                   f"({busy[0] / busy[2]:.1f}x less compute), which the guide never describes; level 1 "
-                   f"({_ORIGINAL / _COMM:.2f}x) fits within the cap")
-
-
-def amdahl_reach(busy: float | None) -> Reach | None:
-    """What a launch whose ``original`` reached ``busy`` can show: communication spared entirely, ``1 / busy``."""
-    if busy is None:
-        return None
-    return Reach(amdahl_cap(busy), f"Amdahl at {BASELINE} {busy:.0%} busy: sparing all communication gives "
-                                   f"1 / {busy:.2f}", needs="a less busy original, beyond the guide's regime")
-
-
-#: The two levels, fixed in advance: original's time per micro-step over the stage's, each against its band.
-LEVELS = (
-    Comparison(label=f"level 1: {BASELINE} / comm_tuned", numerator={"stage": BASELINE},
-               denominator={"stage": "comm_tuned"},
-               reference=gain_reference(_ORIGINAL / _COMM, f"the guide: {_ORIGINAL} -> {_COMM} ms/step")),
-    Comparison(label=f"level 2: {BASELINE} / full", numerator={"stage": BASELINE}, denominator={"stage": "full"},
-               reference=gain_reference(_ORIGINAL / _FULL, f"the guide: {_ORIGINAL} -> {_FULL} ms/step "
-                                                           f"('{GUIDE_C7_SPEEDUP}x faster')")),
-)
+#: The two levels, fixed in advance: original's time per micro-step over the stage's, each against its band
+#: (:data:`~hpcbench.experiments.weather_case.claims.LEVEL_REFERENCES`).
+LEVELS = tuple(Comparison(label=f"level {i}: {BASELINE} / {stage}", numerator={"stage": BASELINE},
+                          denominator={"stage": stage}, reference=reference)
+               for i, (stage, reference) in enumerate(zip(LEVEL_STAGES, LEVEL_REFERENCES), start=1))
 
 
 def _values(launches: pd.DataFrame, column: str) -> list:

@@ -17,7 +17,7 @@ stage                  reduction     buckets           compression   micro-steps
 
 "DDP's default" is ``bucket_cap_mb=None``: 25 MiB buckets with a 1 MiB first bucket. "tuned" is the
 config's ``tuned_bucket_mb``. "4 MiB (guide)" is the guide's compression bucket (C8,
-:data:`hpcbench.core.facts.GUIDE_C8_BUCKET_BYTES`). With the hierarchical reduction, quant2bit
+:data:`hpcbench.parallel.compression.GUIDE_BUCKET_BYTES`). With the hierarchical reduction, quant2bit
 compresses only the inter-node exchange (:mod:`hpcbench.parallel.compression`). k is the config's
 ``micro_steps`` (the guide's 4).
 
@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcbench.core.facts import GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, GUIDE_C8_BUCKET_BYTES
 from hpcbench.core.registry import Registry
+# BASELINE: the stage every loss and speed-up is compared with, the guide's first row (declared with C7)
+from hpcbench.experiments.weather_case.claims import BASELINE, GUIDE_C7_STEP_MS, GUIDE_C7_UTIL
+from hpcbench.parallel.compression import GUIDE_BUCKET_BYTES
 
 #: The guide's compression bucket in DDP's unit (MiB): 4.
-GUIDE_BUCKET_MB = GUIDE_C8_BUCKET_BYTES / (1 << 20)
+GUIDE_BUCKET_MB = GUIDE_BUCKET_BYTES / (1 << 20)
 
 #: Where a stage's DDP bucket size comes from.
 BUCKET_DEFAULT, BUCKET_TUNED, BUCKET_GUIDE = "default", "tuned", "guide"
@@ -95,7 +97,7 @@ def register_stage(stage: Stage) -> Stage:
     return stage
 
 
-register_stage(Stage("original", "flat DDP, fp32 all-reduce every step, DDP's default buckets",
+register_stage(Stage(BASELINE, "flat DDP, fp32 all-reduce every step, DDP's default buckets",
                      "ddp", BUCKET_DEFAULT, guide_row=0))
 register_stage(Stage("comm_tuned", "hierarchical reduction with tuned buckets (the guide's 'communication tuning')",
                      "hierarchical", BUCKET_TUNED, guide_row=1))
@@ -109,5 +111,3 @@ register_stage(Stage("no_sync_only", "no_sync accumulation over k micro-steps al
                      "ddp", BUCKET_DEFAULT, no_sync=True))
 
 STAGE_NAMES = tuple(STAGE_ORDER)
-#: The stage every loss and speed-up is compared with.
-BASELINE = "original"

@@ -20,7 +20,7 @@ from hpcbench.experiments.practice.faults import FAULT_KINDS
 from hpcbench.experiments.practice.regime import FACT_HEALTHY_CV, GATE_REGIME
 from hpcbench.experiments.practice.rules import CATCH_LOWER, GUIDE_C12_PROBLEMS_AVOIDED
 from hpcbench.experiments.practice.summary import findings, summarize, verify_records
-from hpcbench.guide.claims import get_claim
+from hpcbench.experiments import get_claim
 from hpcbench.judge.verdict import clopper_pearson
 from hpcbench.report.ledger import evaluate_claim
 from hpcbench.system.facts import write_facts

@@ -401,7 +401,7 @@ def test_c1_predicted_column_reads_the_measured_link_efficiency():
     import pandas as pd
 
     from hpcbench.experiments.scale_model.rules import predict_c1_at_guide_scale
-    from hpcbench.guide.claims import get_claim
+    from hpcbench.experiments import get_claim
     from hpcbench.judge.evidence import Evidence
 
     def evidence(efficiencies):
