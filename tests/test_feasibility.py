@@ -152,3 +152,23 @@ def test_c7_level_two_is_out_of_reach_at_the_guides_own_regime():
     assert not guide_consistency().holds
     # the other outcome is reachable: a step busy enough less that 2.75x fits
     assert not amdahl_reach(0.3).blocks(level2)
+
+
+# -- every row that is neither reproduced nor not says why, in at most 8 words ----------------------------
+
+@pytest.mark.parametrize("ratio, launches, expected", [
+    (1.6, 3, "n = 3 launches x 8 steps"),
+    (1.4, 6, "the interval straddles a bound of the band"),
+])
+def test_an_inconclusive_row_says_why_in_few_words(ratio, launches, expected):
+    from hpcbench.judge.evidence import brief_reason
+
+    comp = Comparison("new / old", {"arm": "new"}, {"arm": "old"}, gain_reference(1.5, "test"))
+    j = judge_comparisons(_evidence(ratio, launches), [comp], applies=lambda launch: None, what="Test.")
+    reason = brief_reason(j)
+    assert j.verdict == INCONCLUSIVE and 0 < len(reason.split()) <= 8, (j.verdict, reason)
+    if expected:
+        assert reason.startswith(expected)
+    not_applicable = judge_comparisons(_evidence(1.6), [comp], applies=lambda launch: "one node: no inter-node link",
+                                       what="Test.")
+    assert brief_reason(not_applicable) == "one node: no inter-node link"

@@ -195,6 +195,27 @@ def _outcome_record(label: str, outcome: Outcome) -> dict[str, Any]:
             "verdict": outcome.verdict, "why": outcome.why}
 
 
+#: A reason's prefix that the verdict word already says.
+_SAID = ("not applicable: ", "inconclusive: ", "context: ", "not testable here: ")
+
+
+def brief_reason(judgement: Judgement) -> str:
+    """Why an inconclusive verdict is inconclusive, in at most 8 words: the rule's own reason, else the first
+    comparison's (too few launches, a straddled bound, a regime missed, not applicable), else ``""``."""
+    if judgement.reason or judgement.verdict != "inconclusive":
+        return judgement.reason
+    whys = [o.why for o in judgement.outcomes if o.why]
+    if not whys:
+        return "nothing measured" if judgement.measured == NO_VALUE else ""
+    why = whys[0]
+    for prefix in _SAID:
+        why = why.removeprefix(prefix)
+    if why.startswith("Holm-adjusted p"):
+        why = "the interval straddles a bound of the band"
+    words = why.replace(";", ",").split(",")[0].split()
+    return " ".join(words[:8])
+
+
 def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_prediction: str = "",
            regime: str = "", *, model_headline: str = "", regime_brief: str = "") -> LedgerRow:
     """The ledger row of ``claim`` (the claim's own fields are copied, never retyped)."""
@@ -204,7 +225,8 @@ def row_of(claim: Claim, judgement: Judgement, experiment: str | None, model_pre
                      outcomes=judgement.outcomes, labels=judgement.labels, model_prediction=model_prediction,
                      model_headline=model_headline, guide_arithmetic=claim.predicted, kind=claim.kind,
                      title=claim.title, headline=claim.headline, regime=regime, regime_brief=regime_brief,
-                     decided_by=judgement.decided_by, reason=judgement.reason, consistency=judgement.consistency)
+                     decided_by=judgement.decided_by, reason=brief_reason(judgement),
+                     consistency=judgement.consistency)
 
 
 # -- launches, summaries, facts ---------------------------------------------------------
