@@ -23,6 +23,7 @@ Light on purpose: pandas and numpy, no torch.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -204,7 +205,8 @@ def brief_reason(judgement: Judgement) -> str:
     comparison's (too few launches, a straddled bound, a regime missed, not applicable), else ``""``."""
     if judgement.reason or judgement.verdict != "inconclusive":
         return judgement.reason
-    whys = [o.why for o in judgement.outcomes if o.why]
+    # A counted comparison's reason (too few launches, a straddled bound) says more than one not counted.
+    whys = sorted((o.why for o in judgement.outcomes if o.why), key=lambda w: w.startswith(NOT_COUNTED_PREFIXES))
     if not whys:
         return "nothing measured" if judgement.measured == NO_VALUE else ""
     why = whys[0]
@@ -212,6 +214,8 @@ def brief_reason(judgement: Judgement) -> str:
         why = why.removeprefix(prefix)
     if why.startswith("Holm-adjusted p"):
         why = "the interval straddles a bound of the band"
+    while re.search(r"\([^()]*\)", why):  # the parenthesised detail stays in the detail
+        why = re.sub(r"\s*\([^()]*\)", "", why)
     words = why.replace(";", ",").split(",")[0].split()
     return " ".join(words[:8])
 
