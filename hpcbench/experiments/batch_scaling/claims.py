@@ -4,7 +4,8 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 
 * **words and figures**: :data:`C2` (the guide's sentence, its figures quoted, its kind, its arithmetic);
   :data:`GUIDE_C2_GAIN` and :data:`GUIDE_C2_BATCH_FACTOR`, the numbers they state;
-* **the guide's consistency** (:func:`guide_consistency`): +220 % from 4x accumulation needs the 1x
+* **the guide's consistency** (:func:`~hpcbench.experiments.batch_scaling.prediction.guide_consistency`, beside the
+  scale model it reads): +220 % from 4x accumulation needs the 1x
   step 92 % synchronisation (:func:`guide_sync_share`); the scale model puts the guide's workloads on
   its platform at a few percent;
 * **the regime**: none from the guide (it names no model, so nothing it states fixes a regime
@@ -20,7 +21,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 from __future__ import annotations
 
 from hpcbench.guide.claims import FIGURE, S11, Claim
-from hpcbench.judge.feasibility import Consistency, Reach, accumulation_cap
+from hpcbench.judge.feasibility import Reach, accumulation_cap
 from hpcbench.judge.verdict import GAIN_SHARE
 from hpcbench.scale.regime import GuideRegime
 
@@ -64,27 +65,6 @@ def guide_sync_share(gain: float = 1 + GUIDE_C2_GAIN, k: int = GUIDE_C2_BATCH_FA
     """
     ratio = k * (gain - 1.0) / (k - gain)
     return ratio / (1.0 + ratio)
-
-
-def guide_consistency(gain: float = 1 + GUIDE_C2_GAIN, k: int = GUIDE_C2_BATCH_FACTOR) -> Consistency:
-    """Whether the guide's +220 % (``gain`` from ``k``-fold accumulation) fits its stated platform, by the scale
-    model: some guide workload must spend the share :func:`guide_sync_share` needs synchronising. No
-    measurement is read."""
-    needed = guide_sync_share(gain, k)
-    from hpcbench.experiments.batch_scaling.prediction import predict_c2  # prediction reads this module's figures
-
-    values = predict_c2().values
-    shares = {k.split(".comm_share@")[0] + f"@{k.rsplit('@', 1)[1]}": v for k, v in values.items() if ".comm_share@" in k}
-    gains = {k: v for k, v in values.items() if ".gain@" in k}
-    most = max(shares.values())
-    shown = ", ".join(f"{name.replace('@', ' at ')} NIC(s) {v:.1%}" for name, v in sorted(shares.items()))
-    return Consistency(
-        holds=most >= needed,
-        reason=f"needs {needed:.0%} synchronisation; the model gives {most:.0%}",
-        arithmetic=f"{k} (c + m) / ({k} c + m) = {gain:.2f} needs "
-                   f"the 1x step {needed:.0%} synchronisation; the scale model puts the guide's workloads on its "
-                   f"platform at {shown} of a one-micro-step DDP step, where {GUIDE_C2_BATCH_FACTOR}x accumulation "
-                   f"gains {min(gains.values()):+.1%} to {max(gains.values()):+.1%}")
 
 
 def mechanism_reach(params: dict, busy: float | None) -> tuple[Reach, float] | None:

@@ -6,7 +6,8 @@ The ledger's "predicted at the guide's scale" for this claim; the inputs it shar
 from __future__ import annotations
 
 from hpcbench.core.errors import ConfigError
-from hpcbench.experiments.batch_scaling.claims import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN
+from hpcbench.experiments.batch_scaling.claims import GUIDE_C2_BATCH_FACTOR, GUIDE_C2_GAIN, guide_sync_share
+from hpcbench.judge.feasibility import Consistency
 from hpcbench.scale.guide_scale import (GPT2_124M, GUIDE_NODES, GUIDE_PLATFORM, RESNET50, GuidePrediction,
                                         MeasuredInputs, base_inputs, model_step, nic_counts, nics_text, per_nics,
                                         percent, platform_at, predictor, readable_count)
@@ -53,6 +54,26 @@ def predict_c2(platform: str | Platform = GUIDE_PLATFORM, *, nodes: int = GUIDE_
             f"which is {'; '.join(shares)} of a one-micro-step DDP step here")
     return GuidePrediction("C2", text, inputs, values,
                            headline=f"{percent(values['resnet50.gain'])} ResNet-50, {nics_text(chosen)}/node")
+
+
+def guide_consistency(gain: float = 1 + GUIDE_C2_GAIN, k: int = GUIDE_C2_BATCH_FACTOR) -> Consistency:
+    """Whether the guide's +220 % (``gain`` from ``k``-fold accumulation) fits its stated platform, by the scale
+    model: some guide workload must spend the share :func:`guide_sync_share` needs synchronising. No
+    measurement is read."""
+    needed = guide_sync_share(gain, k)
+    values = predict_c2().values
+    shares = {k.split(".comm_share@")[0] + f"@{k.rsplit('@', 1)[1]}": v for k, v in values.items() if ".comm_share@" in k}
+    gains = {k: v for k, v in values.items() if ".gain@" in k}
+    most = max(shares.values())
+    shown = ", ".join(f"{name.replace('@', ' at ')} NIC(s) {v:.1%}" for name, v in sorted(shares.items()))
+    return Consistency(
+        holds=most >= needed,
+        reason=f"needs {needed:.0%} synchronisation; the model gives {most:.0%}",
+        arithmetic=f"{k} (c + m) / ({k} c + m) = {gain:.2f} needs "
+                   f"the 1x step {needed:.0%} synchronisation; the scale model puts the guide's workloads on its "
+                   f"platform at {shown} of a one-micro-step DDP step, where {GUIDE_C2_BATCH_FACTOR}x accumulation "
+                   f"gains {min(gains.values()):+.1%} to {max(gains.values()):+.1%}")
+
 
 
 PREDICTIONS = {"C2": predictor("C2", predict_c2)}

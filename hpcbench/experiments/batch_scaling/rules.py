@@ -34,7 +34,8 @@ import pandas as pd
 
 from hpcbench.core.results import json_object
 from hpcbench.experiments.batch_scaling.claims import (GUIDE_C2_BATCH_FACTOR, MIN_GAIN, accumulating_factor,
-                                                       guide_consistency, mechanism_reach)
+                                                       mechanism_reach)
+from hpcbench.experiments.batch_scaling.prediction import guide_consistency
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.feasibility import decide

@@ -5,9 +5,9 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 * **words and figures**: :data:`C3` and :data:`C17` (the guide's sentences, their figures quoted, their
   kinds, their arithmetic); :data:`GUIDE_C3_RESNET` and :data:`GUIDE_C3_GPT2`, the throughputs C3 states
   (:data:`C3_FIGURES` per model family);
-* **the guide's consistency** (:func:`guide_consistency`): in the guide's ResNet-50 regime the scale model
+* **the guide's consistency** (:func:`~hpcbench.experiments.comm_modes.prediction.guide_consistency`): in the guide's ResNet-50 regime the scale model
   gives the hierarchical reduction over NCCL's ring less than the band at one and at eight HDR NICs per
-  node (:func:`nic_gains_at_guide_regime`); the GPT-2 figure implies a step no cluster runs in
+  node (:func:`~hpcbench.experiments.comm_modes.prediction.nic_gains_at_guide_regime`); the GPT-2 figure implies a step no cluster runs in
   (:data:`GPT2_SHARE`, :data:`GPT2_OUT_OF_REACH`);
 * **the regime**: :data:`GUIDE_REGIME`, C3's, from the guide's own ResNet-50 DDP rate
   (:func:`guide_share_of_compute_rate`), calibrated on :data:`CALIBRATED_FAMILY`'s runs;
@@ -26,7 +26,7 @@ from __future__ import annotations
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, IB_MTU_BYTES
 from hpcbench.core.units import format_bytes
 from hpcbench.guide.claims import FIGURE, S21, TECHNIQUE, Claim, gain_percent
-from hpcbench.judge.feasibility import Consistency, Reach, partial_cap
+from hpcbench.judge.feasibility import Reach, partial_cap
 from hpcbench.judge.verdict import GAIN_SHARE
 from hpcbench.scale.regime import GuideRegime
 
@@ -91,7 +91,7 @@ needs the hierarchical step at 6.25 c / 1.496 = 4.18 c: its communication cut to
 of DDP's. The scale model (:func:`.prediction.predict_c3`: NCCL's ring against the
 hook's three stages on 4 nodes of 8 A100s) puts the hierarchical communication at 0.82 of DDP's
 with 1 NIC per node (1:96 intra/inter per GPU) and 0.96 with 8 NICs (1:12): in the guide's regime,
-gains of 1.18x and 1.04x (:func:`nic_gains_at_guide_regime`). So the guide's figure needs the 1-NIC
+gains of 1.18x and 1.04x (:func:`~hpcbench.experiments.comm_modes.prediction.nic_gains_at_guide_regime`). So the guide's figure needs the 1-NIC
 end or beyond — an inter-node link even scarcer next to NVLink than one HDR NIC per node — and
 even the 1-NIC end falls short of it. The emulated cluster (one link per node, loopback inside)
 sits beyond the 1-NIC end: on 2 nodes x 2 ranks the hook sends S across against the ring's 1.5 S,
@@ -104,27 +104,6 @@ guide's most likely had (a DGX A100 has 8).
 GPT2_OUT_OF_REACH = (f"inconclusive: the guide's figures imply a regime where GPT-2 DDP runs at {GPT2_SHARE:.2%} of "
                      f"its compute-bound rate (8,200 tokens/s on 32 A100s), a step {1 - GPT2_SHARE:.2%} idle that no "
                      f"cluster runs in; not judged")
-
-
-def nic_gains_at_guide_regime(busy: float | None = None) -> dict[int, float]:
-    """Hierarchical over DDP for ResNet-50 in the guide's regime, per NICs per node (1 and 8), from the scale model.
-
-    The scale model's communication of each (step - compute at the guide's platform) sets their ratio
-    ``r``; in a regime where DDP is ``busy`` busy, DDP's step is ``1 / busy`` computes and the gain
-    ``(1 / busy) / (1 + (1 / busy - 1) r)``.
-    """
-    from hpcbench.experiments.comm_modes.prediction import predict_c3  # prediction reads this module's figures
-    from hpcbench.scale.guide_scale import NIC_COUNTS
-
-    busy = GUIDE_REGIME.target_busy if busy is None else busy
-    values = predict_c3().values
-    compute = values["resnet50.compute_s"]
-    gains = {}
-    for nics in NIC_COUNTS:
-        ratio = (values[f"resnet50.hierarchical_step_s@{nics}"] - compute) / (values[f"resnet50.ddp_step_s@{nics}"]
-                                                                          - compute)
-        gains[nics] = (1 / busy) / (1 + (1 / busy - 1) * ratio)
-    return gains
 
 
 def two_level_bytes_share(nodes: int, ranks_per_node: int) -> float:
@@ -158,27 +137,6 @@ def topology_reach(params: dict, busy: float | None) -> Reach | None:
                   if partial_cap(busy, two_level_bytes_share(nodes, r)) >= band), "more nodes' worth of links")
     return Reach(cap, f"{nodes} x {rpn} ranks on one link per node: the two-level mode sends {kept:.2f} of DDP's "
                       f"bytes across, at ddp {busy:.0%} busy", needs=needs)
-
-
-def guide_consistency() -> Consistency:
-    """Whether the guide's +49.6 % fits its stated platform (4 nodes of 8 A100s, "200 Gbps HDR") by the scale model.
-
-    Read literally, the platform line gives one HDR port per node; a DGX A100 has 8 (the stated
-    alternative). In the guide's ResNet-50 regime the scale model gives the hierarchical reduction over
-    NCCL's ring (:func:`nic_gains_at_guide_regime`) less than the band at either count. The GPT-2 figure
-    implies a step 99.9 % idle.
-    """
-    gains = nic_gains_at_guide_regime()
-    band = 1 + GAIN_SHARE * (GUIDE_C3_RESNET[1] / GUIDE_C3_RESNET[0] - 1)
-    literal = gains[min(gains)]
-    shown = " and ".join(f"{g:.2f}x at {n} NIC{'s' if n > 1 else ''} per node" for n, g in sorted(gains.items()))
-    return Consistency(
-        holds=max(gains.values()) >= band,
-        reason=f"model gives {literal:.2f}x at one HDR/node",
-        arithmetic=f"in the guide's ResNet-50 regime (ddp {GUIDE_REGIME.target_busy:.0%} busy) the scale model gives "
-                   f"hierarchical over DDP {shown} (one HDR per node is the platform line read literally; 8 is a "
-                   f"DGX A100), against the band's {band:.2f}x; the GPT-2 figure implies DDP at {GPT2_SHARE:.2%} of "
-                   f"its compute-bound rate, a step no cluster runs in")
 
 
 def _check_gain(base: float, new: float, stated: float) -> str:

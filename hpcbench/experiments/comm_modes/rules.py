@@ -34,8 +34,8 @@ import pandas as pd
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
 from hpcbench.core.results import json_object
 from hpcbench.experiments.comm_modes.claims import (C3_FIGURES, C17_SHARE, CALIBRATED_FAMILY, GPT2_OUT_OF_REACH,
-                                                    GUIDE_REGIME, IB_MTU_BUCKET_MB, guide_consistency,
-                                                    topology_reach)
+                                                    GUIDE_REGIME, IB_MTU_BUCKET_MB, topology_reach)
+from hpcbench.experiments.comm_modes.prediction import guide_consistency
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.feasibility import decide

@@ -9,8 +9,8 @@ import pytest
 from synthetic import GPU_IB, SHAPED, launches, noisy
 
 from hpcbench.experiments.batch_scaling import rules
-from hpcbench.experiments.batch_scaling.claims import (MIN_GAIN, accumulating_factor, guide_consistency,
-                                                      guide_sync_share, mechanism_reach)
+from hpcbench.experiments.batch_scaling.claims import MIN_GAIN, accumulating_factor, guide_sync_share, mechanism_reach
+from hpcbench.experiments.batch_scaling.prediction import guide_consistency
 from hpcbench.experiments.batch_scaling.summary import summarize
 from hpcbench.judge.feasibility import Consistency
 from hpcbench.report.ledger import evaluate_claim

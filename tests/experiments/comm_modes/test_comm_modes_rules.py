@@ -11,7 +11,8 @@ from synthetic import GPU_IB, LOOPBACK, SHAPED, launches, noisy
 from hpcbench.experiments.comm_modes import rules
 from hpcbench.experiments.comm_modes.config import IB_MTU_BUCKET_MB
 from hpcbench.experiments.comm_modes.claims import two_level_bytes_share
-from hpcbench.experiments.comm_modes.rules import guide_consistency, topology_reach
+from hpcbench.experiments.comm_modes.prediction import guide_consistency
+from hpcbench.experiments.comm_modes.rules import topology_reach
 from hpcbench.experiments.comm_modes.summary import summarize
 from hpcbench.judge.feasibility import Consistency
 from hpcbench.report.ledger import evaluate_claim
@@ -228,7 +229,7 @@ def test_regime_config_calibrates_the_first_resnet_at_ddps_bucket_or_nothing():
 
 
 def test_the_verdict_states_the_scale_models_gain_at_1_and_8_nics_in_the_guides_regime(tmp_path):
-    from hpcbench.experiments.comm_modes.claims import nic_gains_at_guide_regime
+    from hpcbench.experiments.comm_modes.prediction import nic_gains_at_guide_regime
 
     gains = nic_gains_at_guide_regime()
     # one NIC per node leaves the inter-node link scarcer, which is where the two-level reduction pays;
