@@ -55,33 +55,33 @@ demo: setup
 NICS ?= 8
 REPRODUCE_ARGS ?=
 reproduce: setup
-	$(PY) -m hpcbench.reproduce --nics $(NICS) --report reports/reproduce $(REPRODUCE_ARGS)
+	$(VENV)/bin/hpcbench reproduce --nics $(NICS) --report reports/reproduce $(REPRODUCE_ARGS)
 
 # Only the entries calibrated to the guide's regime (C2, C3, C7, C8: regime or link_regime guide): ~30 min.
 reproduce-regime: setup
-	$(PY) -m hpcbench.reproduce --nics $(NICS) --only regime --report reports/reproduce-regime $(REPRODUCE_ARGS)
+	$(VENV)/bin/hpcbench reproduce --nics $(NICS) --only regime --report reports/reproduce-regime $(REPRODUCE_ARGS)
 
 # An experiment's own benchmark is its package's bench module; hpcbench/bench/ holds the shared machinery's.
 bench: setup
-	$(PY) -m hpcbench.experiments.collectives.bench
-	$(PY) -m hpcbench.experiments.io_formats.bench
-	$(PY) -m hpcbench.experiments.fault_tolerance.bench
-	$(PY) -m hpcbench.bench.hdf5_reads
-	$(PY) -m hpcbench.bench.shard_reads
-	$(PY) -m hpcbench.bench.sampler_overhead
-	$(PY) -m hpcbench.bench.train_step
+	$(VENV)/bin/hpcbench bench collectives
+	$(VENV)/bin/hpcbench bench io-formats
+	$(VENV)/bin/hpcbench bench fault-tolerance
+	$(VENV)/bin/hpcbench bench hdf5-reads
+	$(VENV)/bin/hpcbench bench shard-reads
+	$(VENV)/bin/hpcbench bench sampler-overhead
+	$(VENV)/bin/hpcbench bench train-step
 
 # Root, slurm-wlm and munge: these bring up the emulated cluster and take it down again.
 bench-cluster: setup
-	$(PY) -m hpcbench.bench.slurm_cluster --link-rate 1gbit
-	$(PY) -m hpcbench.bench.cluster_task comm_modes --link-rate 1gbit
-	$(PY) -m hpcbench.bench.cluster_task gradient_compression --link-rate 200mbit
-	$(PY) -m hpcbench.bench.cluster_task weather_case --link-rate 100mbit
+	$(VENV)/bin/hpcbench bench slurm-cluster --link-rate 1gbit
+	$(VENV)/bin/hpcbench bench comm-modes --link-rate 1gbit
+	$(VENV)/bin/hpcbench bench gradient-compression --link-rate 200mbit
+	$(VENV)/bin/hpcbench bench weather-case --link-rate 100mbit
 
 # One GPU, a few minutes: training throughput + MFU, the CUDA prefetcher, NCCL at world size 1,
 # CUDA memory as records. Exit 1 if a check failed; without a GPU it says so and exits 0.
 gpu-check: setup
-	$(PY) -m hpcbench.bench.gpu_check --out results/gpu-check
+	$(VENV)/bin/hpcbench gpu-check --out results/gpu-check
 
 # The GPU suite (hpcbench/suites/gpu.yaml): every experiment that runs at world size 1 on one CUDA device,
 # through its notebook, and its report. Without a GPU the limits refuse it before anything starts.

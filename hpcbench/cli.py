@@ -9,12 +9,23 @@
     hpcbench suite resume RUN_DIR                  rerun only the failed, interrupted or missing tasks
     hpcbench status RUN_DIR                        each task's state; `running` tasks whose process is gone: stale
     hpcbench advise RUN_DIR [--task ID] [--json]   C14's advice from what the run measured, each option's predicted gain
-    hpcbench report RUN_DIR... [--out reports/NAME] [--traces] [--scheduler ADDRESS | --dask-slurm [--dask-slurm-jobs N]]
-    hpcbench publish REPORT_DIR --to SITE_DIR [--replace]   copy a report into a site, rewrite the site's index
-    hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit] [--state DIR]
+    hpcbench report RUN_DIR... [--out reports/NAME] [--traces] [--allow-unreadable] [--scheduler A | --dask-slurm]
+    hpcbench report --compare A B                  the claims that moved from report A to report B
+    hpcbench publish REPORT_DIR --to SITE_DIR [--replace] [--allow-unreadable]
+                                                   copy a report into a site, rewrite its index and claims page
+    hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit|1e9] [--state DIR]
     hpcbench plan-binding [--ranks-per-node N] [--root DIR] [--show table|srun|numactl|env|sbatch]
+    hpcbench bench [NAME [--json] [options] | --list]   a benchmark of hpcbench itself: ratios measured side by side
+    hpcbench docs [--write]                        regenerate the pages made from the code
+    hpcbench reproduce [--nics N] [--only regime] [--resume RUN_DIR]   (root) verdicts from the emulated cluster
+    hpcbench gpu-check [--out DIR] [--quick]       every CUDA/NCCL path of one GPU, pass/fail
+    hpcbench repair --data DIR --checkpoints DIR   the job wrapper's repair step
+    hpcbench train --checkpoint-dir D --steps N    a small resumable training driver
+    hpcbench sample --out F.parquet                this node's monitoring sources into records
 
-Exit codes: 0 success, 1 some task failed, 2 bad input (the message names it),
+``python -m hpcbench ...`` is the same command, for job scripts and launchers (torchrun, srun).
+
+Exit codes: 0 success, 1 some task failed (report: an input unreadable), 2 bad input (the message names it),
 130 / 143 / 138 stopped by SIGINT / SIGTERM / SIGUSR1 (every process of the run ended; resume continues).
 """
 
@@ -26,7 +37,23 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.run.interrupt import RunInterrupted
+
+#: Subcommands that hand the rest of the command line to their module's ``main(argv)``: each keeps
+#: its options beside the code they drive, and none is imported until it runs (``rank`` and
+#: ``train`` start every rank of a job, where each import is paid once per rank). A help of None
+#: hides an internal command from ``hpcbench --help``.
+DELEGATED: dict[str, tuple[str, str | None]] = {
+    "reproduce": ("hpcbench.reproduce", "(root) verdicts from the emulated SLURM cluster: brings it up, calibrates "
+                                        "its link, runs the reproduce suite, writes the report"),
+    "gpu-check": ("hpcbench.bench.gpu_check", "every CUDA/NCCL path of one GPU as a pass/fail table "
+                                              "(no GPU: says so, exit 0)"),
+    "repair": ("hpcbench.fault.retry", "the job wrapper's repair step: check and repair data shards from their "
+                                       "manifests, remove torn checkpoints"),
+    "train": ("hpcbench.fault.train", "a small resumable training driver on the checkpoint library "
+                                      "(under torchrun: -m hpcbench train -- OPTIONS)"),
+    "sample": ("hpcbench.monitor.sampler", "sample this node's monitoring sources into a records file"),
+    "rank": ("hpcbench.dist.worker", None),  # one rank of a task, started by torchrun or srun
+}
 
 
 def _parse_params(pairs: Sequence[str]) -> dict[str, str]:
@@ -188,6 +215,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
 
 def cmd_task(args: argparse.Namespace) -> int:
     from hpcbench.run.execute import run_manifest_task
+    from hpcbench.run.interrupt import RunInterrupted
 
     try:
         status = run_manifest_task(Path(args.run_dir), Path(args.manifest), args.index)
@@ -260,7 +288,12 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report import build_report
     from hpcbench.report.report_folder import describe_report
+    from hpcbench.report.report_json import UnreadableInputs
 
+    if args.compare:
+        return _compare_reports(args)
+    if not args.run_dirs:
+        raise HpcbenchError("give one or more RUN_DIRs to report on, or --compare A B")
     # Resolved: `report .` or `report ../R/..` must not name the report folder reports/ itself.
     out = Path(args.out) if args.out else Path("reports") / Path(args.run_dirs[0]).resolve().name
     dask_slurm = None
@@ -272,16 +305,42 @@ def cmd_report(args: argparse.Namespace) -> int:
             "interface": args.dask_slurm_interface or "",
             "scheduler_interface": args.dask_slurm_scheduler_interface or "",
             "sbatch_options": _backend_options(args), "start_timeout_s": args.dask_slurm_timeout})
-    path = build_report(args.run_dirs, out, scheduler=args.scheduler, dask_slurm=dask_slurm, traces=args.traces)
+    try:
+        path = build_report(args.run_dirs, out, scheduler=args.scheduler, dask_slurm=dask_slurm, traces=args.traces,
+                            allow_unreadable=args.allow_unreadable)
+    except UnreadableInputs as exc:  # incomplete data, not bad input: exit 1
+        print(f"hpcbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     print(f"report: {describe_report(path.resolve())}")
+    return 0
+
+
+def _compare_reports(args: argparse.Namespace) -> int:
+    """`hpcbench report --compare A B`: the claims that moved from A to B, one line each on stdout."""
+    from hpcbench.report.claim_history import compare_reports
+    from hpcbench.report.report_json import read_report_json
+
+    if args.run_dirs:
+        raise HpcbenchError("--compare A B takes two reports, no RUN_DIR: give one or the other")
+    a, b = (read_report_json(path) for path in args.compare)
+    lines = compare_reports(a, b)
+    for line in lines:
+        print(line)
+    print(f"{len(lines)} claim(s) moved from {args.compare[0]} to {args.compare[1]}", file=sys.stderr)
     return 0
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from hpcbench.report.publish import publish_report
+    from hpcbench.report.report_json import UnreadableInputs
 
     site = Path(args.to)
-    publication = publish_report(Path(args.report_dir), site, replace_existing=args.replace)
+    try:
+        publication = publish_report(Path(args.report_dir), site, replace_existing=args.replace,
+                                     allow_unreadable=args.allow_unreadable)
+    except UnreadableInputs as exc:  # incomplete data, not bad input: exit 1
+        print(f"hpcbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     print(f"published: {(site / publication.slug / 'index.html').resolve()}")
     print(f"site index: {(site / 'index.html').resolve()}")
     return 0
@@ -310,6 +369,16 @@ def cmd_affinity(args: argparse.Namespace) -> int:
         for note in plan.notes:
             print(f"note: {note}")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from hpcbench.bench.registry import BENCHMARKS, describe_benchmarks, run_benchmark
+
+    if args.list or args.name is None:
+        print(describe_benchmarks())
+        return 0
+    # an unknown name raises RegistryError, which lists the registered ones (exit 2)
+    return run_benchmark(BENCHMARKS.get(args.name), args.options + (["--json"] if args.json else []))
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -342,6 +411,26 @@ def package_version() -> str:
         from hpcbench import __version__
 
         return __version__
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from hpcbench.experiments import catalogue, digest
+    from hpcbench.run.notebook_params import notebook_pages
+
+    stale = []
+    pages = [(catalogue.PAGE, catalogue.splice), (digest.PAGE, lambda _: digest.render()), *notebook_pages()]
+    for page, fresh in pages:
+        text = page.read_text(encoding="utf-8")
+        new = fresh(text)
+        if new == text:
+            continue
+        if args.write:
+            page.write_text(new, encoding="utf-8")
+            print(f"wrote {page}")
+        else:
+            stale.append(page)
+            print(f"{page}: differs from the code (`hpcbench docs --write` rewrites it)")
+    return 1 if stale else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -424,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cluster", help="an emulated multi-node SLURM cluster on this machine (root)")
     p.add_argument("action", choices=("up", "down", "status"))
     p.add_argument("--nodes", type=int, help="nodes (network namespaces), default 2")
-    p.add_argument("--link-rate", help="inter-node link rate in tc syntax, default 1gbit")
+    p.add_argument("--link-rate", help="every node link's rate in bit/s, or e.g. 100mbit, 1gbit (default 1gbit)")
     p.add_argument("--link-delay", help="one-way inter-node delay (needs the netem qdisc), default 0ms")
     p.add_argument("--cpus-per-node", type=int, help="CPUs each node declares (default: the host's)")
     p.add_argument("--state", help="state dir: slurm.conf, logs, pid files (default /tmp/hpcbench-cluster)")
@@ -442,9 +531,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command", default="python train.py", help="what each rank runs (default: python train.py)")
     p.set_defaults(func=cmd_affinity)
 
-    p = sub.add_parser("report", help="aggregate run dirs into one HTML report")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    # The benchmark's own options follow its name: its module declares them, and is imported only to run.
+    p = sub.add_parser("bench", help="run a benchmark of hpcbench itself (ratios measured side by side); "
+                                     "no NAME or --list: list them")
+    p.add_argument("--list", action="store_true", help="list the benchmarks with what each compares")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    p.add_argument("name", nargs="?", metavar="NAME", help="a benchmark (`hpcbench bench --list`)")
+    p.add_argument("options", nargs=argparse.REMAINDER, help="its options (`hpcbench bench NAME --help`)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("report", help="aggregate run dirs into one HTML report, or compare two reports' claims")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
     p.add_argument("--out", help="report folder (default: reports/<first run dir's name>)")
+    p.add_argument("--allow-unreadable", action="store_true",
+                   help="write the report although some inputs cannot be read (each is named, and listed in the "
+                        "report; default: named, no report, exit 1)")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                   help="print the claims that moved from report A to report B (folders or report.json files): "
+                        "verdict changed, or B's estimate outside A's interval; no RUN_DIR then")
     p.add_argument("--traces", action="store_true",
                    help="copy the ranks' profiler traces into the report (a few MiB each; default: linked "
                         "files are the failed tasks' notebooks only)")
@@ -474,11 +578,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace", action="store_true",
                    help="publish a report that is published already (same content) again, in its place "
                         "(default: refused)")
+    p.add_argument("--allow-unreadable", action="store_true",
+                   help="publish a report some of whose inputs were unreadable (default: refused, exit 1)")
     p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("docs", help="check or regenerate what is made from the code: notebooks/README.md's "
+                                    "experiment table, the guide's digest and each notebook's parameters cell")
+    p.add_argument("--write", action="store_true", help="rewrite them (default: print what differs, exit 1 if any)")
+    p.set_defaults(func=cmd_docs)
+
+    # Listed for --help only: main() hands these to their modules before this parser runs.
+    for name, (_, help_text) in DELEGATED.items():
+        if help_text is not None:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
+def _delegate(name: str, argv: list[str]) -> int:
+    import importlib
+
+    return importlib.import_module(DELEGATED[name][0]).main(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    from hpcbench.run.interrupt import RunInterrupted
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -496,6 +623,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("hpcbench: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

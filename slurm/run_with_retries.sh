@@ -6,7 +6,7 @@
 #
 # Runs the command after `--` (normally srun) up to --tries times, stopping at the first
 # success: the guide's `retry=0; while retry < 3: srun ...`, so 3 by default. Between a
-# failed try and the next it runs the repair step, `python -m hpcbench.fault.retry repair`:
+# failed try and the next it runs the repair step, `python -m hpcbench repair`:
 #   * each --data folder: every shard is checked against its manifest.json and a bad one is
 #     copied back from the manifest's source copy (hpcbench/data/resilience.py);
 #   * each --checkpoints root: torn checkpoints (a save killed half-way, no valid manifest)
@@ -135,7 +135,7 @@ for ((attempt = 1; attempt <= tries; attempt++)); do
     fi
     if [[ ${#repair_args[@]} -gt 0 ]]; then
         repair_rc=0
-        repair_out="$("$python" -m hpcbench.fault.retry repair --verify "$verify" "${repair_args[@]}" 2>&1)" \
+        repair_out="$("$python" -m hpcbench repair --verify "$verify" "${repair_args[@]}" 2>&1)" \
             || repair_rc=$?
         while IFS= read -r line; do say "$line"; done <<<"$repair_out"
         if [[ $repair_rc -ne 0 ]]; then

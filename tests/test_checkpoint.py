@@ -432,11 +432,11 @@ STEPS = 12
 
 
 def _torchrun(tmp_path: Path, name: str, ckpt: Path, *extra: str) -> subprocess.Popen:
-    """Start ``torchrun --standalone --nproc-per-node 2 -m hpcbench.fault.train`` with a marker."""
+    """Start ``torchrun --standalone --nproc-per-node 2 -m hpcbench train`` with a marker."""
     marker = f"{name}-{uuid.uuid4().hex}"
     out = tmp_path / f"{name}.out"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "hpcbench.fault.train", "--",  # "--": torchrun would read --log as its --log-dir
+           "-m", "hpcbench", "train", "--",  # "--": torchrun would read --log as its --log-dir
            "--checkpoint-dir", str(ckpt), "--steps", str(STEPS), "--log", str(tmp_path / f"{name}.jsonl"),
            "--log-params", "--seed", "3", *extra]
     env = {**os.environ, MARKER: marker, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}

@@ -36,7 +36,7 @@ MARKER = "HPCBENCH_FAULT_TEST_MARKER"
 #: Training of (a): 12 steps, a full checkpoint every 3 (only full ones resume bit-exactly).
 STEPS, FULL_EVERY, STEP_SLEEP = 12, 3, 0.25
 
-#: ``python -m hpcbench.fault.train`` with times added: each loss-log line gets "time", and the
+#: ``hpcbench train`` with times added: each loss-log line gets "time", and the
 #: checkpoint search and load are timed into $TIMING_LOG (rank 0). Written next to the test's
 #: files and started by srun on the nodes. The loss log's path comes from $LOSS_LOG because
 #: torchrun's parser rejects a "--log" after the script as an ambiguous abbreviation.
@@ -283,7 +283,7 @@ def test_backend_retries_a_task_whose_rank_was_killed(cluster_env, tmp_path, mon
         "max_bytes": "1K", "warmup_iters": 0, "iters": 200, "check": False}}]})
     killed = {}
     killer = threading.Thread(target=lambda: killed.update(k=kill_one_rank(
-        "hpcbench.dist.worker", env={MARKER: marker}, timeout_s=150)), daemon=True)
+        "hpcbench rank", env={MARKER: marker}, timeout_s=150)), daemon=True)
     killer.start()
     run_dir = tmp_path / "run"
     (st,) = run_suite(suite, run_dir, backend="slurm", progress=False, retries=1, options={"retry_delay_s": 0})
@@ -356,12 +356,12 @@ def test_repair_step_reports_what_it_cannot_repair(tmp_path):
     corrupt_shard(data / "shard-0.bin", how="truncate")
     corrupt_shard(src / "shard-0.bin")  # the source copy is bad too: nothing to repair from
     corrupt_shard(data / "shard-2.bin")
-    proc = subprocess.run([sys.executable, "-m", "hpcbench.fault.retry", "repair", "--data", str(data)],
+    proc = subprocess.run([sys.executable, "-m", "hpcbench", "repair", "--data", str(data)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"shard repaired: {data / 'shard-2.bin'}" in proc.stdout
     assert "NOT repaired" in proc.stdout and "shard-0.bin" in proc.stdout
-    assert subprocess.run([sys.executable, "-m", "hpcbench.fault.retry", "repair", "--data", str(tmp_path / "no")],
+    assert subprocess.run([sys.executable, "-m", "hpcbench", "repair", "--data", str(tmp_path / "no")],
                           capture_output=True, timeout=60).returncode == 1
 
 

@@ -22,7 +22,7 @@ from conftest import REPO
 
 def test_no_gpu_prints_the_message_and_exits_with_the_documented_code(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "hpcbench.bench.gpu_check", "--out", str(tmp_path / "o")],
+    done = subprocess.run([sys.executable, "-m", "hpcbench", "gpu-check", "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert done.returncode == gc.NO_GPU_EXIT == 0, done.stderr
     assert done.stdout.strip() == "no CUDA GPU present: nothing to check"
@@ -32,7 +32,7 @@ def test_no_gpu_prints_the_message_and_exits_with_the_documented_code(tmp_path):
 def test_makefile_has_the_target():
     text = (REPO / "Makefile").read_text()
     assert "gpu-check:" in text
-    assert "-m hpcbench.bench.gpu_check --out results/gpu-check" in text
+    assert "hpcbench gpu-check --out results/gpu-check" in text
 
 
 # -- FLOPs and MFU, by hand -----------------------------------------------------------------------

@@ -18,7 +18,7 @@ CLAIMS = all_claims()
 def test_the_digest_page_is_what_the_catalogue_renders():
     assert PAGE.read_text(encoding="utf-8") == render(), (
         "hpcbench/guide/README.md differs from the experiments' claims.py and hpcbench/guide/techniques.py: "
-        "run `.venv/bin/python -m hpcbench.experiments.digest --write`")
+        "run `.venv/bin/hpcbench docs --write`")
 
 
 def test_every_claim_and_technique_is_on_the_page_with_its_figures():

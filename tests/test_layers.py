@@ -33,7 +33,7 @@ LAYERS = {
     # orchestration
     "run": 4, "report": 4,
     # entry points
-    "cli": 5, "bench": 5, "reproduce": 5,
+    "cli": 5, "__main__": 5, "bench": 5, "reproduce": 5,
 }
 LAYER_NAMES = ("ground", "judge and present", "techniques", "experiments", "orchestration", "entry points")
 

@@ -227,7 +227,7 @@ def test_adding_an_experiment_touches_its_package_its_notebook_and_its_test_only
     (copy / ADDED[2]).write_text(RULES_TEST_SOURCE)
 
     # The one generated change: the experiment table gains the new row.
-    generated = _run(copy, "-m", "hpcbench.experiments.catalogue", "--write", timeout=120)
+    generated = _run(copy, "-m", "hpcbench", "docs", "--write", timeout=120)
     assert generated.returncode == 0, _said(generated)
     diff = _git(copy, "diff", "--no-color", "-U0", "--", TABLE_PAGE).splitlines()
     added = [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]

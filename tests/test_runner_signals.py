@@ -73,7 +73,7 @@ def _cmdline(p: psutil.Process) -> str:
 
 
 def ranks_running(marker: str) -> bool:
-    return sum("hpcbench.dist.worker" in cmd and "torch.distributed.run" not in cmd
+    return sum("hpcbench rank" in cmd and "torch.distributed.run" not in cmd
                for cmd in map(_cmdline, marked_processes(marker))) >= 2
 
 

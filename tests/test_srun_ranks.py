@@ -35,7 +35,7 @@ def _free_port() -> int:
 
 def _ranks(spec: str, port: int) -> list[subprocess.CompletedProcess]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")}
-    procs = [subprocess.Popen([sys.executable, "-m", "hpcbench.dist.worker", spec], text=True,
+    procs = [subprocess.Popen([sys.executable, "-m", "hpcbench", "rank", spec], text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env={**base, "HPCBENCH_SRUN_RANKS": "1", "SLURM_PROCID": str(r), "SLURM_NTASKS": "2",
                                    "SLURM_LOCALID": str(r), "SLURM_STEP_NUM_NODES": "1", "OMP_NUM_THREADS": "1",

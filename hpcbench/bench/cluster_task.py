@@ -1,12 +1,13 @@
-"""One suite task of a benchmark on the emulated cluster (or, with ``--local``, on emulated nodes here).
+"""One suite task of an experiment's cluster benchmark on the emulated cluster (or, with ``--local``, on emulated nodes here).
 
-    python -m hpcbench.bench.cluster_task EXPERIMENT [its options] [--link-rate R] [--local] [--dry-run] ...
+    hpcbench bench EXPERIMENT [its options] [--link-rate R] [--local] [--dry-run] ...
+    hpcbench bench cluster-task EXPERIMENT [its options] ...    (the same, naming the runner)
 
 An experiment's cluster benchmark is its ``bench.py`` saying what to run and how to read it:
 ``LINK_RATE``, ``add_arguments(ap)``, ``suite_from(args)`` (a one-task suite) and
-``report_run(records, link_bps, link)`` (optionally ``NODES``). This module runs it, so the
-experiment's package never imports the run layer above it (comm_modes, gradient_compression and
-weather_case have one). How it gets a cluster and runs the task:
+``report_run(records, link_bps, link)`` (the result's dict form: rows, ratios, notes; optionally
+``NODES``). This module runs it, so the experiment's package never imports the run layer above it
+(comm_modes, gradient_compression and weather_case have one). How it gets a cluster and runs the task:
 
 * a cluster already up in ``--state`` is used as it is (and left up);
 * otherwise one is brought up with the benchmark's link rate and taken down afterwards (unless
@@ -27,11 +28,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from types import ModuleType
 
 import pandas as pd
 
+from hpcbench.bench.result import BenchResult
 from hpcbench.cluster import network
+from hpcbench.core.errors import ConfigError
 from hpcbench.core.results import find_record_files, read_records
 from hpcbench.run.runner import run_suite
 from hpcbench.run.suite import parse_suite
@@ -40,7 +43,7 @@ DEFAULT_STATE = "/tmp/hpcbench-bench-cluster"
 
 
 def add_cluster_arguments(ap: argparse.ArgumentParser, *, link_rate: str) -> None:
-    """``--link-rate``, ``--state``, ``--keep``, ``--local`` and ``--force``, with ``link_rate`` as default."""
+    """``--link-rate``, ``--state``, ``--keep``, ``--local``, ``--force`` and ``--dry-run``, ``link_rate`` the default."""
     ap.add_argument("--link-rate", default=link_rate, help="tc rate of each node's link (a new cluster only)")
     ap.add_argument("--state", default=DEFAULT_STATE, help="the cluster's state folder (one up there is used)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
@@ -65,24 +68,33 @@ class BenchRun:
     run_dir: Path
 
 
-def run_bench_task(suite: dict, args: argparse.Namespace, *, prefix: str, nodes: int = 2) -> BenchRun | int:
-    """Run ``suite`` (one task) on the cluster ``args`` name; exit code 2 when refusing to bring one up.
+@dataclass
+class DryRun:
+    """What :func:`run_bench_task` returns with ``--dry-run``: the plan and whether the task would start."""
 
-    With ``--dry-run`` the exit code of the plan instead: 0 when the task would start, 1 when not.
+    plan: str
+    ok: bool
+
+
+def run_bench_task(suite: dict, args: argparse.Namespace, *, prefix: str, nodes: int = 2) -> BenchRun | DryRun:
+    """Run ``suite`` (one task) on the cluster ``args`` name, or plan it with ``--dry-run``.
 
     Args:
         suite: the suite as a dict (:func:`~hpcbench.run.suite.parse_suite` reads it).
         args: parsed :func:`add_cluster_arguments` options.
         prefix: name prefix of the temporary run folder.
         nodes: nodes of a cluster brought up here.
+
+    Raises:
+        ConfigError: a cluster would have to be brought up while another one's namespaces exist and
+            ``--force`` was not given.
     """
     if args.dry_run:
         from hpcbench.run.limits import dry_run
 
         text, ok = dry_run(parse_suite(suite), Path(tempfile.gettempdir()) / f"{prefix}dry-run", backend="local",
                            oversubscribe=True)
-        print(text)
-        return 0 if ok else 1
+        return DryRun(text, ok)
     out = Path(tempfile.mkdtemp(prefix=prefix))
     started, link_bps = False, None
     if args.local:
@@ -93,14 +105,13 @@ def run_bench_task(suite: dict, args: argparse.Namespace, *, prefix: str, nodes:
 
         try:
             info = load_cluster(args.state)
-            print(f"using the cluster already up in {args.state}")
+            print(f"using the cluster already up in {args.state}", file=sys.stderr)
         except ClusterError:
             others = network.list_netns()
             if others and not args.force:
-                print(f"refusing to bring up a cluster: namespaces {others} belong to another one (someone's "
-                      f"tests?); bringing one up would tear it down. Pass --force, or --state of that cluster.",
-                      file=sys.stderr)
-                return 2
+                raise ConfigError(f"not given, and namespaces {others} belong to another cluster (someone's "
+                                  f"tests?): bringing one up would tear it down. Pass --force, or --state of "
+                                  f"that cluster", field="--force") from None
             info = cluster_up(ClusterSpec(nodes=nodes, link_rate=args.link_rate, link_delay="0ms",
                                           state_dir=args.state))
             started = True
@@ -120,49 +131,55 @@ def run_bench_task(suite: dict, args: argparse.Namespace, *, prefix: str, nodes:
     return BenchRun(True, None, records, link, link_bps, out / "run")
 
 
-def run_and_report(suite: dict, args: argparse.Namespace, report: Callable[[BenchRun], str], *, prefix: str,
-                   nodes: int = 2) -> int:
-    """:func:`run_bench_task`, then ``report(run)`` and the records' folder printed; a benchmark's exit code.
+def add_bench_arguments(ap: argparse.ArgumentParser, bench: ModuleType) -> None:
+    """The experiment's own options, then the cluster's with its link rate as default."""
+    bench.add_arguments(ap)
+    add_cluster_arguments(ap, link_rate=bench.LINK_RATE)
 
-    Returns:
-        0 when the task ran (or the dry run would start it), 1 when it failed, 2 when a cluster was refused.
+
+def run_bench(args: argparse.Namespace, bench: ModuleType) -> BenchResult:
+    """Run the experiment's cluster benchmark ``bench`` with the parsed options; its result.
+
+    ``ok`` is False when the task failed (the error in the notes) or, with ``--dry-run``, when it
+    would not start (the plan in the notes).
     """
-    run = run_bench_task(suite, args, prefix=prefix, nodes=nodes)
-    if isinstance(run, int):
-        return run
+    name = bench.__name__.split(".")[-2].replace("_", "-")
+    suite = bench.suite_from(args)
+    run = run_bench_task(suite, args, prefix=f"hpcbench-bench-{name}-", nodes=getattr(bench, "NODES", 2))
+    if isinstance(run, DryRun):
+        return BenchResult(name, notes=run.plan.splitlines(), ok=run.ok)
     if not run.ok:
-        print(f"{suite['name']}: the task failed: {run.error}", file=sys.stderr)
-        return 1
-    print(report(run))
-    print(f"records: {run.run_dir}")
-    return 0
+        return BenchResult(name, notes=[f"{suite['name']}: the task failed: {run.error}", f"records: {run.run_dir}"],
+                           ok=False)
+    result = BenchResult.from_dict(bench.report_run(run.records, run.link_bps, run.link), name=name)
+    result.notes.append(f"records: {run.run_dir}")
+    return result
 
 
 def cluster_benches() -> list[str]:
     """Experiments whose ``bench.py`` describes a cluster benchmark (it defines ``suite_from``)."""
-    root = Path(__file__).resolve().parents[1] / "experiments"
-    return sorted(p.parent.name for p in root.glob("*/bench.py") if "\ndef suite_from(" in p.read_text())
+    from hpcbench.bench.registry import CLUSTER_RUNNER, experiment_benchmarks
+
+    return [module.split(".")[-2] for _, module, runner in experiment_benchmarks() if runner == CLUSTER_RUNNER]
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    names = cluster_benches()
-    if not argv or argv[0] not in names:
-        given = f"{argv[0]!r} has none; " if argv and not argv[0].startswith("-") else ""
-        print(f"usage: python -m hpcbench.bench.cluster_task EXPERIMENT [options]\n{given}experiments with a "
-              f"cluster benchmark: {', '.join(names)} (`... EXPERIMENT --help` lists its options)", file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    name = argv[0]
-    bench = importlib.import_module(f"hpcbench.experiments.{name}.bench")
-    ap = argparse.ArgumentParser(prog=f"python -m hpcbench.bench.cluster_task {name}",
-                                 description=(bench.__doc__ or "").split("\n\n")[0])
-    bench.add_arguments(ap)
-    add_cluster_arguments(ap, link_rate=bench.LINK_RATE)
-    args = ap.parse_args(argv[1:])
-    return run_and_report(bench.suite_from(args), args,
-                          lambda run: bench.report_run(run.records, run.link_bps, run.link),
-                          prefix=f"hpcbench-bench-{name}-", nodes=getattr(bench, "NODES", 2))
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``EXPERIMENT`` and its options: one sub-command per cluster benchmark, so that
+    ``hpcbench bench cluster-task EXPERIMENT --help`` lists that experiment's options and the cluster's."""
+    sub = ap.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT",
+                            help=f"an experiment with a cluster benchmark: {', '.join(cluster_benches())}")
+    for experiment in cluster_benches():
+        bench = importlib.import_module(f"hpcbench.experiments.{experiment}.bench")
+        # comm-modes or comm_modes: the benchmark's name or the experiment's
+        aliases = [experiment.replace("_", "-")] if "_" in experiment else []
+        p = sub.add_parser(experiment, aliases=aliases, help=(bench.__doc__ or "").split("\n")[0],
+                           description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_bench_arguments(p, bench)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run(args: argparse.Namespace) -> BenchResult:
+    """``hpcbench bench cluster-task EXPERIMENT ...``: the same as ``hpcbench bench EXPERIMENT ...``."""
+    args.experiment = args.experiment.replace("-", "_")
+    result = run_bench(args, importlib.import_module(f"hpcbench.experiments.{args.experiment}.bench"))
+    result.params = dict(vars(args))  # the experiment as its package is named, whichever spelling was typed
+    return result

@@ -1,6 +1,6 @@
 """GPU check: every CUDA and NCCL path one GPU can exercise, in a few minutes, as a pass/fail table.
 
-Run: ``python -m hpcbench.bench.gpu_check [--out DIR] [--quick] [--compile]`` (``make gpu-check``).
+Run: ``hpcbench gpu-check [--out DIR] [--quick] [--compile]`` (``make gpu-check``).
 
 The checks, in the order they run (each is independent: one that raises is recorded as
 ``fail`` with its error, printed at once, and the others still run):
@@ -951,7 +951,7 @@ def environment() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcbench.bench.gpu_check",
+    parser = argparse.ArgumentParser(prog="hpcbench gpu-check",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results/gpu-check"),
                         help="folder for gpu-check.json, records/ and the launcher's logs")
@@ -979,6 +979,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"table: {path}; total {env['total_s']:.0f} s")
     return exit_code(results)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """HDF5 readers against a plain sequential read of the same files: block reads vs one call per sample.
 
-Run: ``python -m hpcbench.bench.hdf5_reads [--steps 384] [--images 2000] [--cache cold,warm] [--root DIR]``
+Run: ``hpcbench bench hdf5-reads [--steps 384] [--images 2000] [--cache cold,warm] [--root DIR]``
 
 Two data sets, generated under ``--root`` (default: a temporary folder under ./results, on
 this disk: /tmp may be a tmpfs, where "cold" means nothing):
@@ -39,14 +39,15 @@ against 15.7 GB/s on this VM). Target: block paths >= 70 % of the sequential rea
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from hpcbench.bench.result import BenchResult, Ratio
 from hpcbench.core.config import parse_bytes
+from hpcbench.core.errors import ConfigError, HpcbenchError
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.generators.weather import WeatherSpec, make_weather
 from hpcbench.data.manifest import load_manifest, shard_paths
@@ -95,19 +96,18 @@ def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
 
 def add_round_arguments(ap: argparse.ArgumentParser, cache: str) -> None:
     """The options every reader-against-sequential-read benchmark takes: ``--cache`` (default ``cache``),
-    ``--rounds``, ``--root`` and ``--json``."""
+    ``--rounds`` and ``--root``."""
     ap.add_argument("--cache", default=cache, help=f"page-cache states, subset of {list(CACHES)}")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are printed")
     ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
                                                  "./results, removed afterwards); kept and reused when given")
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
 
 
 def cache_states(text: str) -> list[str]:
     """``--cache``'s comma-separated states, checked against :data:`CACHES`."""
     caches = [c.strip() for c in text.split(",") if c.strip()]
     if unknown := set(caches) - set(CACHES):
-        raise SystemExit(f"--cache: unknown {sorted(unknown)}; allowed: {list(CACHES)}")
+        raise ConfigError(f"unknown {sorted(unknown)}; allowed: {list(CACHES)}", field="--cache")
     return caches
 
 
@@ -165,7 +165,7 @@ def reader_epoch(subject: Subject, epoch: int) -> tuple[float, float, int]:
     wall, cpu, items = timed(lambda: [item["index"] for item in ds])
     seen = [i for x in items for i in (x.tolist() if hasattr(x, "tolist") else [x])]
     if sorted(seen) != list(range(subject.expected)):
-        raise SystemExit(f"{subject.data} {subject.path}: the epoch lost or repeated samples")
+        raise HpcbenchError(f"{subject.data} {subject.path}: the epoch lost or repeated samples")
     return wall, cpu, ds.reads - before
 
 
@@ -178,7 +178,7 @@ def prepare(root: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     except Exception:  # noqa: BLE001 - anything unusable is simply regenerated
         reuse = False
     if not reuse:
-        make_weather(weather, spec, command="hpcbench.bench.hdf5_reads")
+        make_weather(weather, spec, command="hpcbench bench hdf5-reads")
     try:
         reuse = load_manifest(hdf5)[0].samples == args.images
     except Exception:  # noqa: BLE001
@@ -223,15 +223,19 @@ def subjects(weather_dir: Path, hdf5: Path, block_sizes: list[int]) -> list[Subj
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench hdf5-reads --help``)."""
     ap.add_argument("--steps", type=int, default=384, help="weather time steps (8 x 121 x 240 float32: 0.93 MB each)")
     ap.add_argument("--steps-per-shard", type=int, default=32)
     ap.add_argument("--block-sizes", default=f"8,{BLOCK_SIZE},32", help="weather pairs per read, compared")
     ap.add_argument("--images", type=int, default=2000, help="JPEGs of ~110 KB in the image HDF5 shards")
     ap.add_argument("--shard-size", default="32M")
     add_round_arguments(ap, cache=",".join(CACHES))
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    """Every reader path against the plain sequential read and ``cat`` of its files, per cache state: one row
+    per path and cache, each path's two shares as ratios (block paths judged against :data:`SHARE_TARGET`)."""
     caches = cache_states(args.cache)
 
     with disk_scratch(args.root, "bench-hdf5-reads-") as root:
@@ -256,30 +260,19 @@ def main(argv: list[str] | None = None) -> int:
                              "samples": s.expected, "bytes": nbytes, "reads": reads[k],
                              "reader_MB_per_s": nbytes / statistics.median(t["reader"]) / 1e6,
                              "sequential_MB_per_s": nbytes / statistics.median(t["seq"]) / 1e6,
-                             "share": statistics.median(t["share"]), "shares": t["share"],
+                             "share": statistics.median(t["share"]), "share_min": min(t["share"]),
+                             "share_max": max(t["share"]), "shares": t["share"],
                              "share_of_cat": statistics.median(t["share_cat"]),
-                             "reader_cpu_s": statistics.median(t["reader_cpu"]),
-                             "sequential_cpu_s": statistics.median(t["seq_cpu"])})
-        print(f"\nweather: {args.steps} steps of 8x121x240 float32 in shards of {args.steps_per_shard}; images: "
-              f"{args.images} JPEGs in {args.shard_size} HDF5 shards; one process, no DataLoader, shuffled, "
-              f"verify=size; page cache: {', '.join(sorted(notes))}; median of {args.rounds} rounds\n")
-        print(f"{'cache':5s} {'data':8s} {'reader path':32s} {'samples':>7s} {'reads':>6s} {'reader MB/s':>11s} "
-              f"{'seq MB/s':>9s} {'share':>6s} {'min-max':>11s} {'CPU ms':>7s} {'seq CPU':>7s} {'of cat':>7s}")
-        for r in rows:
-            print(f"{r['cache']:5s} {r['data']:8s} {r['path']:32s} {r['samples']:7d} {r['reads']:6d} "
-                  f"{r['reader_MB_per_s']:11.0f} {r['sequential_MB_per_s']:9.0f} {r['share']:6.0%} "
-                  f"{min(r['shares']):5.0%}-{max(r['shares']):<5.0%} {r['reader_cpu_s'] * 1e3:7.0f} "
-                  f"{r['sequential_cpu_s'] * 1e3:7.0f} {r['share_of_cat']:7.0%}")
-        print()
-        for r in rows:
-            if r["block"]:
-                verdict = "MET" if r["share"] >= SHARE_TARGET else "MISSED"
-                print(f"target ({r['cache']} cache, {r['data']} {r['path']}): {r['share']:.0%} of the plain "
-                      f"sequential read (target >= {SHARE_TARGET:.0%}: {verdict}; {r['share_of_cat']:.0%} of `cat`)")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+                             "reader_cpu_ms": statistics.median(t["reader_cpu"]) * 1e3,
+                             "sequential_cpu_ms": statistics.median(t["seq_cpu"]) * 1e3})
+    ratios = []
+    for r in rows:
+        where = f"{r['cache']} cache, {r['data']} {r['path']}"
+        ratios.append(Ratio(f"{where}: reader / plain sequential read", "reader MB/s", "sequential read MB/s",
+                            r["share"], SHARE_TARGET if r["block"] else None))
+        ratios.append(Ratio(f"{where}: reader / cat", "reader MB/s", "GNU cat MB/s", r["share_of_cat"]))
+    return BenchResult("hdf5-reads", rows=rows, ratios=ratios, notes=[
+        f"weather: {args.steps} steps of 8x121x240 float32 in shards of {args.steps_per_shard}; images: "
+        f"{args.images} JPEGs in {args.shard_size} HDF5 shards; one process, no DataLoader, shuffled, verify=size; "
+        f"page cache: {', '.join(sorted(notes))}; median of {args.rounds} rounds (share: of the paired per-round "
+        f"ratios, min-max their range; target on block paths only)"])

@@ -1,6 +1,6 @@
 """The monitoring sampler's cost to training: step time with it running against paused, side by side.
 
-Run: ``python -m hpcbench.bench.sampler_overhead [--pairs 6] [--block-s 5] [--interval 1.0]``
+Run: ``hpcbench bench sampler-overhead [--pairs 6] [--block-s 5] [--interval 1.0]``
 
 A small MLP trains SGD steps on CPU (the case where the sampler competes hardest: it
 shares the cores with the step). The sampler (:class:`hpcbench.monitor.Sampler`, every
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from hpcbench.bench.result import BenchResult, Ratio
 from hpcbench.core.results import read_records
 from hpcbench.monitor import Sampler
 
@@ -76,17 +77,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench sampler-overhead --help``)."""
     ap.add_argument("--pairs", type=int, default=6, help="on/off block pairs; the median over pairs is reported")
     ap.add_argument("--block-s", type=float, default=5.0, help="seconds per block (several sampler ticks)")
     ap.add_argument("--interval", type=float, default=1.0, help="sampler interval (1 Hz: the monitor's default rate)")
     ap.add_argument("--hidden", type=int, default=512, help="MLP width (sets the step time)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    args = ap.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> BenchResult:
+    """Blocks with the sampler running and frozen, alternating: one row per pair; step time on / off per pair
+    and their median, and the sampler's CPU share, as ratios judged against :data:`OVERHEAD_TARGET`."""
     step = build_step(args.hidden, args.batch_size, args.layers)
     run_block(step, 1.0)  # warm-up: allocator, thread pool
     with tempfile.TemporaryDirectory(prefix="bench-sampler-overhead-") as tmp:
@@ -108,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                     if mode == "on":
                         sampler_cpu += cpu_seconds(pid) - cpu0
                         on_wall += time.perf_counter() - wall0
-                rows.append((pair, result["on"], result["off"], result["on"] / result["off"] - 1.0))
+                rows.append({"pair": pair, "step_on_ms": result["on"] * 1e3, "step_off_ms": result["off"] * 1e3,
+                             "overhead": result["on"] / result["off"] - 1.0})
         finally:
             os.kill(pid, signal.SIGCONT)
             sampler.stop()
@@ -117,31 +121,22 @@ def main(argv: list[str] | None = None) -> int:
     sources = sorted({json.loads(s).get("source") for s in frame["labels"]} - {"sampler", None}
                      - {json.loads(s)["source"] for s in frame[frame["metric"] == "monitor_source_absent"]["labels"]})
 
-    overheads = [r[3] for r in rows]
+    overheads = [r["overhead"] for r in rows]
     overhead = statistics.median(overheads)
     cpu_share = sampler_cpu / on_wall if on_wall else float("nan")
-    print(f"\nMLP {args.layers}x{args.hidden}, batch {args.batch_size}, {torch.get_num_threads()} threads on "
-          f"{os.cpu_count()} CPUs; sampler every {args.interval:g} s, sources: {', '.join(sources)}; "
-          f"{args.pairs} pairs of {args.block_s:g} s blocks\n")
-    print(f"{'pair':>4s} {'step on (ms)':>13s} {'step off (ms)':>14s} {'overhead':>9s}")
-    for pair, on, off, ratio in rows:
-        print(f"{pair:4d} {on * 1e3:13.3f} {off * 1e3:14.3f} {ratio:+9.2%}")
-    print(f"\nmedian overhead over pairs: {overhead:+.2%} (min {min(overheads):+.2%}, max {max(overheads):+.2%})")
-    print(f"sampler CPU: {cpu_share:.3%} of one core while running; per tick: median "
-          f"{durations.median() * 1e3:.2f} ms over {len(durations)} ticks")
+    ratios = [Ratio(f"pair {r['pair']}: step time, sampler on / off", "step on (median)", "step off (median)",
+                    1.0 + r["overhead"]) for r in rows]
+    ratios.append(Ratio("step time, sampler on / off, median over pairs", "step on", "step off", 1.0 + overhead,
+                        1.0 + OVERHEAD_TARGET, higher_is_better=False))
     # A step whose threads all wait for the slowest loses at most the time the sampler takes
     # from one core: its CPU share bounds the overhead when other load makes the ratio noisy.
-    print(f"bound from CPU time: <= {cpu_share:.3%} of step time (the sampler's share of one core)")
-    print(f"target: overhead <= {OVERHEAD_TARGET:.0%}: {'MET' if overhead <= OVERHEAD_TARGET else 'MISSED'} "
-          f"by the side-by-side median; {'MET' if cpu_share <= OVERHEAD_TARGET else 'MISSED'} by the CPU-time bound")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "pairs": [dict(zip(("pair", "step_on_s", "step_off_s", "overhead"), r)) for r in rows],
-            "overhead": overhead, "sampler_cpu_share": cpu_share, "tick_median_s": float(durations.median()),
-            "ticks": int(len(durations)), "sources": sources, "interval_s": args.interval,
-            "target": OVERHEAD_TARGET}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    ratios.append(Ratio("sampler CPU time / wall time while running (bounds the overhead)", "sampler CPU s",
+                        "wall s with the sampler running", cpu_share, OVERHEAD_TARGET, higher_is_better=False))
+    return BenchResult("sampler-overhead", rows=rows, ratios=ratios, notes=[
+        f"MLP {args.layers}x{args.hidden}, batch {args.batch_size}, {torch.get_num_threads()} threads on "
+        f"{os.cpu_count()} CPUs; sampler every {args.interval:g} s, sources: {', '.join(sources)}; "
+        f"{args.pairs} pairs of {args.block_s:g} s blocks",
+        f"median overhead over pairs: {overhead:+.2%} (min {min(overheads):+.2%}, max {max(overheads):+.2%}); "
+        f"sampler per tick: median {durations.median() * 1e3:.2f} ms over {len(durations)} ticks",
+        f"target: overhead <= {OVERHEAD_TARGET:.0%} of step time, by the side-by-side median and by the CPU-time "
+        f"bound"])

@@ -1,6 +1,6 @@
 """Every image shard format's reader paths against a plain sequential read of the same files, one process.
 
-Run: ``python -m hpcbench.bench.shard_reads [--images 2000] [--cache warm,cold] [--rounds 5] [--root DIR]``
+Run: ``hpcbench bench shard-reads [--images 2000] [--cache warm,cold] [--rounds 5] [--root DIR]``
 
 One data set (ImageNet-like JPEGs, ~110 KB mean) stored as HDF5, TFRecord and tar shards
 (``--shard-size``). Each format is read alone (one process, no DataLoader, raw bytes: no JPEG
@@ -30,14 +30,12 @@ and, in the same round and page-cache state, three plain sequential reads of the
   buffer, as ``dd bs=8M`` reads (:func:`hpcbench.data.page_cache.sequential_read`). Warm, that buffer
   stays in the CPU's last-level cache and the copy never writes to DRAM: the strictest of the three;
 * ``share (batch buffers)``: the same read into 4 batch-sized buffers in turn, memory like that a
-  loader's batches occupy while the consumer holds them (2026-12-04 on this VM: 10.7-10.9 GB/s into 2 or
-  4 buffers of 14 MB against 16.1-16.6 GB/s into one);
+  loader's batches occupy while the consumer holds them (slower than one buffer that stays in cache);
 * ``of cat``: GNU ``cat`` itself, output to ``/dev/null``, its start-up subtracted
-  (:func:`hpcbench.data.page_cache.cat_read`): 128 KiB reads, 9.2 GB/s against ``seq``'s 15.7 GB/s here.
+  (:func:`hpcbench.data.page_cache.cat_read`): 128 KiB reads, the reference a user would reach for.
 
-This VM's memory moves between states from one hour to the next: ``seq`` read 5-7, 10-12 and 15-17.6 GB/s
-at different hours of 2026-12-04, and a reader's share of it swung with it (HDF5's best path 55-75 %); in
-the fast state, HDF5's best path read 88-116 % of the batch-buffer read in seven runs.
+A VM's memory bandwidth can move between states from one hour to the next, and a reader's share of ``seq``
+moves with it: compare shares measured in the same round, never figures taken hours apart.
 The readers' runs land as the file's bytes lie within a cache line
 (:data:`hpcbench.data.readers.base.COPY_ALIGN`), and TFRecord's are read in pieces of ~1 MiB of whole
 records, each checked as it arrives. The dataset object lives across rounds, as in training (its shard
@@ -51,13 +49,14 @@ Targets (warm): each format's best path >= 70 % of ``seq``, and >= its reference
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 from typing import Callable
 
 from hpcbench.bench.hdf5_reads import add_round_arguments, cache_states, paired_rounds, timed
+from hpcbench.bench.result import BenchResult, Ratio
 from hpcbench.core.config import parse_bytes
+from hpcbench.core.errors import HpcbenchError
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
 from hpcbench.data.readers import open_dataset
@@ -146,25 +145,30 @@ def epoch(ds, n: int, number: int) -> tuple[float, float]:
     wall, cpu, items = timed(lambda: [item["index"] for item in ds])
     seen = sorted(i for x in items for i in (x.tolist() if hasattr(x, "tolist") else [x]))
     if seen != list(range(n)):
-        raise SystemExit(f"{ds.format}: the epoch lost or repeated samples")
+        raise HpcbenchError(f"{ds.format}: the epoch lost or repeated samples")
     return wall, cpu
 
 
 def _reference_epoch(run: Callable[[], int], n: int) -> tuple[float, float]:
     wall, cpu, got = timed(run)
     if got != n:
-        raise SystemExit(f"a reference reader read {got} samples of {n}")
+        raise HpcbenchError(f"a reference reader read {got} samples of {n}")
     return wall, cpu
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench shard-reads --help``)."""
     ap.add_argument("--images", type=int, default=2000, help="JPEGs of ~110 KB")
     ap.add_argument("--shard-size", default="32M")
     ap.add_argument("--batch", type=int, default=128, help="samples per batch of the zero-copy paths")
     ap.add_argument("--run-samples", type=int, default=32, help="the longest run of the runs path")
     add_round_arguments(ap, cache="warm")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    """Every format's paths and its reference reader against the plain reads of the same files: one row per
+    path and cache; each row's shares as ratios, each format's best path judged against :data:`SHARE_TARGET`
+    and against its reference reader."""
     caches = cache_states(args.cache)
 
     with disk_scratch(args.root, "bench-shard-reads-") as root:
@@ -178,9 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                 ds = open_dataset(folder, decode=False, verify="size", seed=0, **options)
                 epoch(ds, args.images, 0)  # untimed: the shard indexes and read buffers a training run keeps
                 subjects.append((fmt, path, files, lambda number, ds=ds: epoch(ds, args.images, number), True))
-            name, run = reference_reader(fmt, files, args.batch)
-            run()  # untimed, as ours: imports and first-use set-up
-            subjects.append((fmt, name, files, lambda number, run=run: _reference_epoch(run, args.images), False))
+            name, ref_epoch = reference_reader(fmt, files, args.batch)
+            ref_epoch()  # untimed, as ours: imports and first-use set-up
+            subjects.append((fmt, name, files, lambda number, ref_epoch=ref_epoch: _reference_epoch(ref_epoch, args.images),
+                             False))
         rows = []
         # a batch's bytes: the second reference reads into 4 buffers of this size in turn
         manifest = load_manifest(folders["hdf5"])[0]
@@ -194,34 +199,28 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"cache": cache, "format": fmt, "path": path, "ours": ours, "bytes": nbytes,
                              "reader_MB_per_s": nbytes / statistics.median(t[k]["reader"]) / 1e6,
                              "sequential_MB_per_s": nbytes / statistics.median(t[k]["seq"]) / 1e6,
-                             "share": statistics.median(t[k]["share"]), "shares": t[k]["share"],
+                             "share": statistics.median(t[k]["share"]), "share_min": min(t[k]["share"]),
+                             "share_max": max(t[k]["share"]), "shares": t[k]["share"],
                              "share_batch_buffers": statistics.median(t[k]["share_batch"]),
                              "share_of_cat": statistics.median(t[k]["share_cat"]),
-                             "reader_cpu_s": statistics.median(t[k]["reader_cpu"])})
-        print(f"\n{args.images} JPEGs in {args.shard_size} shards per format; one process, no DataLoader, raw "
-              f"bytes, shuffled, verify=size; median of {args.rounds} rounds\n")
-        print(f"{'cache':5s} {'format':9s} {'path':66s} {'reader MB/s':>11s} {'seq MB/s':>9s} {'share':>6s} "
-              f"{'min-max':>11s} {'CPU ms':>7s} {'share (batch buffers)':>22s} {'of cat':>7s}")
-        for r in rows:
-            print(f"{r['cache']:5s} {r['format']:9s} {r['path']:66s} {r['reader_MB_per_s']:11.0f} "
-                  f"{r['sequential_MB_per_s']:9.0f} {r['share']:6.0%} {min(r['shares']):5.0%}-{max(r['shares']):<5.0%} "
-                  f"{r['reader_cpu_s'] * 1e3:7.0f} {r['share_batch_buffers']:22.0%} {r['share_of_cat']:7.0%}")
-        print()
-        for cache in caches:
-            for fmt in FORMATS:
-                mine = [r for r in rows if r["cache"] == cache and r["format"] == fmt]
-                best = max((r for r in mine if r["ours"]), key=lambda r: r["share"])
-                ref = next(r for r in mine if not r["ours"])
-                verdict = "MET" if best["share"] >= SHARE_TARGET else "MISSED"
-                print(f"target ({cache} cache, {fmt}, best path: {best['path']}): {best['share']:.0%} of the plain "
-                      f"sequential read (target >= {SHARE_TARGET:.0%}: {verdict}; {best['share_batch_buffers']:.0%} of "
-                      f"the same read into batch-sized buffers, {best['share_of_cat']:.0%} of `cat`); "
-                      f"{best['reader_MB_per_s'] / ref['reader_MB_per_s']:.2f}x {ref['path']} "
-                      f"(target >= 1: {'MET' if best['reader_MB_per_s'] >= ref['reader_MB_per_s'] else 'MISSED'})")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+                             "reader_cpu_ms": statistics.median(t[k]["reader_cpu"]) * 1e3})
+    ratios = []
+    for cache in caches:
+        for fmt in FORMATS:
+            mine = [r for r in rows if r["cache"] == cache and r["format"] == fmt]
+            best = max((r for r in mine if r["ours"]), key=lambda r: r["share"])
+            ref = next(r for r in mine if not r["ours"])
+            for r in mine:
+                where = f"{cache} cache, {fmt}, {r['path']}" + (" (best path)" if r is best else "")
+                ratios.append(Ratio(f"{where}: reader / plain sequential read", "reader MB/s",
+                                    "sequential read MB/s", r["share"], SHARE_TARGET if r is best else None))
+                ratios.append(Ratio(f"{where}: reader / read into batch-sized buffers", "reader MB/s",
+                                    "sequential read into 4 batch buffers MB/s", r["share_batch_buffers"]))
+                ratios.append(Ratio(f"{where}: reader / cat", "reader MB/s", "GNU cat MB/s", r["share_of_cat"]))
+            ratios.append(Ratio(f"{cache} cache, {fmt}, best path ({best['path']}) / {ref['path']}",
+                                f"{best['path']} MB/s", f"{ref['path']} MB/s",
+                                best["reader_MB_per_s"] / ref["reader_MB_per_s"], 1.0))
+    return BenchResult("shard-reads", rows=rows, ratios=ratios, notes=[
+        f"{args.images} JPEGs in {args.shard_size} shards per format; one process, no DataLoader, raw bytes, "
+        f"shuffled, verify=size; median of {args.rounds} rounds (share: of the paired per-round ratios, min-max "
+        f"their range)"])

@@ -1,7 +1,7 @@
 """The emulated SLURM cluster: how much of a shaped link a collective gets, and what SLURM costs per task.
 
 Run (root, with slurm-wlm and munge installed):
-``python -m hpcbench.bench.slurm_cluster [--link-rate 1gbit] [--iters 5]``
+``hpcbench bench slurm-cluster [--link-rate 1gbit] [--iters 5]``
 
 1. Brings up a 2-node emulated cluster with the given inter-node rate (or uses the
    one already up in ``--state``), runs the collectives experiment through the SLURM
@@ -30,8 +30,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from hpcbench.bench.result import BenchResult, Ratio
 from hpcbench.cluster import ClusterSpec, cluster_down, cluster_up, load_cluster
 from hpcbench.cluster.emulated import ClusterError
+from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.results import find_record_files, read_records
 from hpcbench.run.rundir import read_statuses
 from hpcbench.run.runner import run_suite
@@ -56,7 +58,7 @@ def _busbw_fraction(suite: Suite, out: Path, link_rate_bits: float) -> pd.DataFr
     run_dir = out / "link"
     (st,) = run_suite(suite, run_dir, backend="slurm", progress=False)
     if st.state != "done":
-        raise SystemExit(f"{st.task_id} failed: {st.error}")
+        raise HpcbenchError(f"{st.task_id} failed: {st.error}")
     df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")])
     df = df[df["metric"] == "busbw"]
     df["size_bytes"] = df["labels"].map(lambda s: json.loads(s)["size_bytes"])
@@ -88,30 +90,39 @@ def _overhead(suite: Suite, out: Path, repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+#: busbw for 64 MiB and larger must reach this fraction of the shaped link rate.
+LINK_FRACTION_TARGET = 0.80
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench slurm-cluster --help``)."""
     ap.add_argument("--link-rate", default="1gbit")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="tasks per backend for the overhead figure")
     ap.add_argument("--state", default="/tmp/hpcbench-bench-cluster")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
     ap.add_argument("--dry-run", action="store_true", help="start nothing: check both suites and print their plans")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    """The link suite, then the overhead suite on both backends: one row per message size and one per
+    backend; each size's busbw over the shaped rate (judged against :data:`LINK_FRACTION_TARGET`) and the
+    wall time per task, SLURM over local. ``--dry-run``: the two plans as notes, ``ok`` when both would start."""
     suites = bench_suites(args.iters, args.repeats)
     if args.dry_run:
         from hpcbench.run.limits import dry_run
 
-        ok = True
+        ok, notes = True, []
         for name, suite in suites.items():
             text, fits = dry_run(suite, Path(tempfile.gettempdir()) / f"hpcbench-bench-slurm-dry-run-{name}",
                                  backend="local", oversubscribe=True)
-            print(text, "", sep="\n")
+            notes += [*text.splitlines(), ""]
             ok = ok and fits
-        return 0 if ok else 1
+        return BenchResult("slurm-cluster", notes=notes[:-1], ok=ok)
     spec = ClusterSpec(nodes=2, link_rate=args.link_rate, link_delay="0ms", state_dir=args.state)
     try:
         info = load_cluster(args.state)
-        print(f"using the cluster already up in {args.state}")
+        print(f"using the cluster already up in {args.state}", file=sys.stderr)
     except ClusterError:
         info = cluster_up(spec)
     import os
@@ -124,20 +135,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             cluster_down(args.state)
-    print(f"\n1. all_reduce, 2 nodes x 1 rank, inter-node link shaped to {info.spec.link_rate} "
-          f"({info.spec.link_rate_bits / 8 / 1e9:.4f} GB/s); busbw median over iterations:")
-    print(link.to_string(float_format=lambda v: f"{v:.4f}"))
-    print(f"   worst fraction of the shaped rate: {link['fraction_of_link'].min():.3f} (target >= 0.80)")
     summary = over.groupby("backend").agg(notebook_s=("notebook_s", "median"),
                                           first_submit_to_start_s=("submit_to_start_s", "min"),
                                           suite_wall_s_per_task=("suite_wall_s_per_task", "median"))
-    print("\n2. the inventory notebook, one task at a time, local vs SLURM backend (seconds; notebook time is "
-          "the median, submission to start is the first task's):")
-    print(summary.to_string(float_format=lambda v: f"{v:.2f}"))
     extra = summary.loc["slurm", "suite_wall_s_per_task"] - summary.loc["local", "suite_wall_s_per_task"]
-    print(f"   SLURM overhead per task: {extra:+.2f} s of wall time; records: {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    rows = [{"measure": "all_reduce busbw (GB/s), median over iterations", **r}
+            for r in link.reset_index().to_dict("records")]
+    rows += [{"measure": "inventory notebook, one task at a time (s)", **r}
+             for r in summary.reset_index().to_dict("records")]
+    ratios = [Ratio(f"all_reduce {int(size)} B: busbw p50 / shaped link rate", "busbw p50",
+                    f"{info.spec.link_rate} shaped rate", row["fraction_of_link"], LINK_FRACTION_TARGET)
+              for size, row in link.iterrows()]
+    ratios.append(Ratio("suite wall time per task, SLURM / local backend", "SLURM s per task", "local s per task",
+                        summary.loc["slurm", "suite_wall_s_per_task"] / summary.loc["local", "suite_wall_s_per_task"]))
+    return BenchResult("slurm-cluster", rows=rows, ratios=ratios, notes=[
+        f"1. all_reduce, 2 nodes x 1 rank, inter-node link shaped to {info.spec.link_rate} "
+        f"({info.spec.link_rate_bits / 8 / 1e9:.4f} GB/s); busbw median over iterations; worst fraction of the "
+        f"shaped rate: {link['fraction_of_link'].min():.3f}",
+        "2. the inventory notebook, one task at a time, local vs SLURM backend (seconds; notebook time is the "
+        "median, submission to start is the first task's)",
+        f"SLURM overhead per task: {extra:+.2f} s of wall time; records: {out}"])

@@ -1,6 +1,6 @@
 """The training step: a plain eager fp32 step against the experiments' tuned recipe, side by side.
 
-Run: ``python -m hpcbench.bench.train_step [--model M] [--batch B] [--arms plain,tuned,compiled] [--rounds 3]``
+Run: ``hpcbench bench train-step [--model M] [--batch B] [--arms plain,tuned,compiled] [--rounds 3]``
 
 One model, one synthetic batch, on this machine's device (the first GPU, else the CPU), as three arms,
 each with its own model and optimizer built once from the same seed:
@@ -24,14 +24,15 @@ any device; on one H100/H200, the best arm >= 40 % MFU for GPT-2 124M (``--model
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from hpcbench.bench.gpu_check import STEP_FLOPS, TrainPlan, mfu
+from hpcbench.bench.result import BenchResult, Ratio
+from hpcbench.core.errors import ConfigError
 from hpcbench.core.metrics import peak_dense_bf16_flops
 from hpcbench.models import MODELS
 from hpcbench.models.step import (StepRecipe, StepSettings, make_optimizer, prepare_model, step_settings,
@@ -79,8 +80,8 @@ def _build(arm: str, spec: Any, device: Any, args: argparse.Namespace, sync: Any
     return {"settings": settings, "step": step, "first_s": first_s, "inner": inner}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench train-step --help``)."""
     ap.add_argument("--model", default=None, help="a registered model (default: gpt2_124M on a GPU, gpt2_small "
                                                   "on a CPU)")
     ap.add_argument("--batch", type=int, default=None, help="micro-batch (default: 16 on a GPU, 8 on a CPU)")
@@ -91,16 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per arm, the first timed apart")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per arm and round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    """The arms' steps interleaved: one row per arm; each arm's speed against plain as a ratio (tuned judged
+    against :data:`TUNED_TARGET`) and, on an H100/H200, the best arm against :data:`GPU_TARGETS`."""
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if unknown := set(arms) - set(ARMS):
-        raise SystemExit(f"--arms: unknown {sorted(unknown)}; allowed: {list(ARMS)}")
+        raise ConfigError(f"unknown {sorted(unknown)}; allowed: {list(ARMS)}", field="--arms")
     if "plain" not in arms:
-        raise SystemExit("--arms: needs plain, the reference of the ratios")
+        raise ConfigError("needs plain, the reference of the ratios", field="--arms")
     for name in ("warmup", "steps", "rounds"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"--{name}: {getattr(args, name)}; allowed: >= 1")
+            raise ConfigError(f"{getattr(args, name)}; allowed: >= 1", field=f"--{name}")
 
     import torch
 
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     built = {}
     for arm in arms:
         built[arm] = _build(arm, spec, device, args, sync)
-        print(f"[train_step] {arm}: first step {built[arm]['first_s']:.2f} s", flush=True)
+        print(f"[train_step] {arm}: first step {built[arm]['first_s']:.2f} s", file=sys.stderr, flush=True)
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     for rnd in range(args.rounds):
         for arm in (arms if rnd % 2 == 0 else arms[::-1]):
@@ -136,38 +140,28 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for arm in arms:
         med = statistics.median(times[arm])
-        s = built[arm]["settings"]
-        rows.append({"arm": arm, "step_s": med, "throughput": per_step / med, "vs_plain": base / med,
+        s = built[arm]["settings"].labels()
+        rows.append({"arm": arm, "precision": s["dtype"], "NHWC": s["channels_last"],
+                     "optimizer": f"{s['optimizer']} {s['optimizer_options']}".strip(), "step_ms": med * 1e3,
+                     f"throughput_{spec.throughput_unit}": per_step / med, "vs_plain": base / med,
                      "mfu": mfu(flops, med, peak) if flops else None, "first_step_s": built[arm]["first_s"],
-                     "settings": s.labels(), "steps_s": times[arm]})
-    print(f"\n{args.model}, batch {args.batch}" + (f" x {args.seq_len} tokens" if spec.kind == "text" else "")
-          + f", on {torch.cuda.get_device_name(device) if cuda else 'the CPU'}; median of {args.rounds} rounds x "
-          f"{args.steps} steps per arm, interleaved\n")
-    print(f"{'arm':9s} {'precision':9s} {'NHWC':5s} {'optimizer':24s} {'step ms':>8s} "
-          f"{spec.throughput_unit:>11s} {'x plain':>8s} {'MFU':>6s} {'first step s':>13s}")
-    for r in rows:
-        s = r["settings"]
-        util = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-        print(f"{r['arm']:9s} {s['dtype']:9s} {str(s['channels_last']):5s} "
-              f"{s['optimizer'] + ' ' + s['optimizer_options']:24s} {r['step_s'] * 1e3:8.1f} "
-              f"{r['throughput']:11,.0f} {r['vs_plain']:8.2f} {util:>6s} {r['first_step_s']:13.2f}")
-    print()
-    tuned = next((r for r in rows if r["arm"] == "tuned"), None)
-    if tuned is not None:
-        print(f"target: tuned step {tuned['vs_plain']:.2f}x the plain one (target >= {TUNED_TARGET:.1f}x: "
-              f"{'MET' if tuned['vs_plain'] >= TUNED_TARGET else 'MISSED'})")
+                     "settings": s, "steps_s": times[arm]})
+    ratios = [Ratio(f"{r['arm']} step speed, x plain", "plain step time", f"{r['arm']} step time", r["vs_plain"],
+                    TUNED_TARGET if r["arm"] == "tuned" else None) for r in rows if r["arm"] != "plain"]
     if cuda and args.model in GPU_TARGETS:
         metric, target = GPU_TARGETS[args.model]
-        best = max(rows, key=lambda r: r[metric] or 0.0)
-        got = best[metric]
-        fmt = (lambda v: f"{v:.1%}") if metric == "mfu" else (lambda v: f"{v:,.0f}")
-        verdict = "MET" if got is not None and got >= target else "MISSED"
-        print(f"target (one H100/H200): {args.model}, best arm {best['arm']}: {metric} "
-              f"{fmt(got) if got is not None else 'n/a'} (target >= {fmt(target)}: {verdict})")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        throughput = f"throughput_{spec.throughput_unit}"
+        best = max(rows, key=lambda r: r[metric if metric == "mfu" else throughput] or 0.0)
+        if metric == "mfu":
+            ratios.append(Ratio(f"{args.model}, best arm {best['arm']}: MFU (one H100/H200 target)",
+                                "model FLOP/s", "peak dense bf16 FLOP/s", best["mfu"] if best["mfu"] is not None
+                                else float("nan"), target))
+        else:
+            ratios.append(Ratio(f"{args.model}, best arm {best['arm']}: throughput / {target:,.0f} "
+                                f"{spec.throughput_unit} (one H100/H200 target)", spec.throughput_unit,
+                                f"{target:,.0f} {spec.throughput_unit}", best[throughput] / target, 1.0))
+    text = f" x {args.seq_len} tokens" if spec.kind == "text" else ""
+    return BenchResult("train-step", rows=rows, ratios=ratios, notes=[
+        f"{args.model}, batch {args.batch}{text}, on {torch.cuda.get_device_name(device) if cuda else 'the CPU'}; "
+        f"median of {args.rounds} rounds x {args.steps} steps per arm, interleaved; first_step_s: the first step "
+        f"(compilation), never timed"])

@@ -70,7 +70,7 @@ class LaunchPlan:
 
 
 def _worker_argv(spec_path: Path) -> list[str]:
-    return ["-m", "hpcbench.dist.worker", str(spec_path)]
+    return ["-m", "hpcbench", "rank", str(spec_path)]
 
 
 def plan_local(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,

@@ -1,4 +1,4 @@
-"""Worker side: one rank. ``python -m hpcbench.dist.worker SPEC.json`` under torchrun or srun.
+"""Worker side: one rank. ``python -m hpcbench rank SPEC.json`` under torchrun or srun.
 
 Initialises the process group (gloo on CPU, NCCL on GPU), builds the config and
 the topology, calls the entry point, and always writes the rank's records file,
@@ -31,8 +31,8 @@ from hpcbench.core.results import RecordContext, RecordWriter
 
 #: Modules a rank imports through its experiment's package (the package's summary, rules and report
 #: modules, which the ranks never call) but rarely uses: each is loaded on its first attribute access.
-#: pandas: a toy collectives rank took 2.3-2.5 s of CPU with it, 1.9-2.2 s without (and 40 MB less RSS);
-#: a 2 x 2 launch starts 4 ranks at once on 2 cores.
+#: pandas: about half a second of CPU and tens of MB per rank that never calls it, paid by every rank at
+#: once when a 2 x 2 launch starts 4 ranks on 2 cores.
 DEFERRED_IMPORTS = ("pandas",)
 
 
@@ -157,8 +157,13 @@ def join_process_group(backend: str, topo: Topology, **extra: Any) -> None:
                             timeout=COLLECTIVE_TIMEOUT, **extra)
 
 
-def main(spec_path: str) -> int:
-    """Run one rank; return its exit code. Any failure prints a marked traceback."""
+def main(argv: list[str]) -> int:
+    """``hpcbench rank SPEC.json``: run one rank; return its exit code. Any failure prints a marked
+    traceback."""
+    if len(argv) != 1:
+        print("usage: python -m hpcbench rank SPEC.json", file=sys.stderr)
+        return 2
+    spec_path = argv[0]
     if os.environ.get(SRUN_RANKS_ENV) == "1":
         os.environ.update(ranks_from_srun(os.environ))  # before anything reads RANK (torch, the binding)
     topo = Topology.from_env()
@@ -203,6 +208,3 @@ def main(spec_path: str) -> int:
         if writer is not None:
             writer.close()
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

@@ -3,8 +3,8 @@
 The guide's third level of fault tolerance is a loop around ``srun``: up to **3** runs,
 storage repaired between them. Two things carry it out here, with one policy:
 
-* ``slurm/run_with_retries.sh`` for job scripts: it calls ``python -m hpcbench.fault.retry
-  repair`` between tries;
+* ``slurm/run_with_retries.sh`` for job scripts: it calls ``hpcbench repair``
+  between tries;
 * ``hpcbench suite --backend slurm --retries N``: the SLURM backend resubmits a task whose
   *job* failed (:func:`job_failure_reason` says which failures qualify).
 
@@ -17,7 +17,7 @@ Why 3 tries: a job whose tries fail independently with probability ``p`` fails f
 with probability ``p ** tries`` (:func:`job_failure_probability`); :func:`measure_survival`
 checks that model against real runs, counting the attempts they really made.
 
-    python -m hpcbench.fault.retry repair --data DATA_DIR --checkpoints CKPT_DIR [--verify size]
+    hpcbench repair --data DATA_DIR --checkpoints CKPT_DIR [--verify size]
 """
 
 from __future__ import annotations
@@ -423,19 +423,18 @@ def measure_survival(p: float, tries: int, jobs: int, run_one: Callable[[int], t
 # -- command line (used by slurm/run_with_retries.sh) -----------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hpcbench.fault.retry repair ...``: exit 0 repaired or nothing to do, 1 something
-    could not be repaired (or a --data folder holds no readable data set), 2 bad arguments."""
-    parser = argparse.ArgumentParser(prog="python -m hpcbench.fault.retry",
-                                     description="The repair step of slurm/run_with_retries.sh.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("repair", help="check/repair data shards from their manifests; remove torn checkpoints")
+    """``hpcbench repair ...``: exit 0 repaired or nothing to do, 1 something could not be repaired
+    (or a --data folder holds no readable data set), 2 bad arguments."""
+    p = argparse.ArgumentParser(prog="hpcbench repair",
+                                description="The repair step of slurm/run_with_retries.sh: check and repair data "
+                                            "shards from their manifests; remove torn checkpoints.")
     p.add_argument("--data", action="append", default=[], metavar="DIR",
                    help="a data set folder with a manifest.json (repeatable)")
     p.add_argument("--checkpoints", action="append", default=[], metavar="DIR",
                    help="a checkpoint root (repeatable)")
     p.add_argument("--verify", default="sha256", choices=("sha256", "size"))
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
+    args = p.parse_args(argv)
     try:
         report = repair(args.data, args.checkpoints, verify=args.verify)
     except HpcbenchError as exc:
@@ -452,6 +451,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"repair: torn checkpoint removed: {path}")
     return 0 if report.ok else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

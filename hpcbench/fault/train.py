@@ -2,10 +2,10 @@
 
 Run alone or under torchrun (gloo, DDP; rank 0 writes the checkpoints, every rank restores)::
 
-    python -m hpcbench.fault.train --checkpoint-dir D --steps N [--light-every-steps k]
+    hpcbench train --checkpoint-dir D --steps N [--light-every-steps k]
         [--full-every-steps m] [--zstd-level L] [--log LOSS.jsonl] [--seed S] [--model tiny]
         [--step-sleep S] [--log-params] [--async-light]
-    torchrun --nproc-per-node 2 -m hpcbench.fault.train --checkpoint-dir D --steps N ...
+    torchrun --nproc-per-node 2 -m hpcbench train -- --checkpoint-dir D --steps N ...
 
 It is the subject of the resume-exactness checks: on CPU, N steps straight and N/2 steps,
 SIGKILL, resume from a full checkpoint give the same loss sequence and bit-identical
@@ -31,6 +31,7 @@ launch, and ``D/final.json`` with the sha256 of the final parameters.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import math
@@ -266,7 +267,7 @@ def train(cfg: TrainConfig, policy: CheckpointPolicy, checkpoint_dir: Path, *, l
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hpcbench.fault.train", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="hpcbench train", description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint-dir", type=Path, required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--light-every-steps", type=int, default=0)
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, set up the process group and determinism, train. Returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--"]:
-        # "torchrun -m hpcbench.fault.train -- --log X": the "--" keeps torchrun from reading
+        # "torchrun -m hpcbench train -- --log X": the "--" keeps torchrun from reading
         # --log as an abbreviation of its own --log-dir
         argv = argv[1:]
     args = _parser().parse_args(argv)
@@ -325,14 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    return 0
-
-
-if __name__ == "__main__":
-    code = main()
     # Exempt everything alive now from the interpreter's last garbage collection: over
     # torch's object graph it takes about a second per rank, and nothing here needs it.
-    import gc
-
     gc.freeze()
-    sys.exit(code)
+    return 0

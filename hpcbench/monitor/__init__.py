@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Names load on first use: ``python -m hpcbench.monitor.sampler`` imports this package
+# Names load on first use: ``hpcbench sample`` imports this package
 # first, and the sampler child must neither import itself twice nor load pandas before
 # its signal handlers are in place.
 _EXPORTS = {

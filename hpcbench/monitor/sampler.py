@@ -1,6 +1,6 @@
 """The per-node sampler: a background process that polls the monitoring sources at 1 Hz.
 
-Run by :class:`Sampler` (or by hand: ``python -m hpcbench.monitor.sampler --out F.parquet``),
+Run by :class:`Sampler` (or by hand: ``hpcbench sample --out F.parquet``),
 it writes the project's one results schema (:mod:`hpcbench.core.results`): one row per
 sample with ``metric``/``value``/``unit``, the source's labels plus ``{"source": name}``
 and the caller's labels, ``step`` = tick number and ``time`` = when it was read.
@@ -93,7 +93,7 @@ class Sampler:
 
     def argv(self) -> list[str]:
         """The child's command line."""
-        argv = [sys.executable, "-m", "hpcbench.monitor.sampler", "--out", str(self.out_path),
+        argv = [sys.executable, "-m", "hpcbench", "sample", "--out", str(self.out_path),
                 "--interval", repr(self.interval_s), "--flush-every", repr(self.flush_every_s),
                 "--labels", json.dumps(self.labels), "--stop-on-stdin-eof"]
         if self.sources is not None:
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    ap = argparse.ArgumentParser(description="Sample this node's monitoring sources into a records file.")
+    ap = argparse.ArgumentParser(prog="hpcbench sample", description="Sample this node's monitoring sources into a records file.")
     ap.add_argument("--out", required=True, help="records file (Parquet)")
     ap.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between samples")
     ap.add_argument("--sources", default=None, help="comma-separated source names (default: all)")
@@ -336,6 +336,3 @@ def main(argv: list[str] | None = None) -> int:
         labels=json.loads(args.labels), feed=args.feed, context=context, flush_every_s=args.flush_every, stop=stop)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -526,7 +526,7 @@ def record_plan(pair: Pair) -> None:
     w.add("plan.table", None, "", labels=labels, text=text["table"])
     w.add("plan.srun", None, "", labels=labels, text=text["srun"])
     w.add("plan.sbatch", None, "", labels=labels,
-          text=emit.sbatch_script(plan, nodes=1, command="python -m hpcbench.dist.worker SPEC.json"))
+          text=emit.sbatch_script(plan, nodes=1, command="python -m hpcbench rank SPEC.json"))
     notes = list(getattr(plan, "notes", ()) or ())
     if notes:
         w.add("plan.notes", None, "", labels=labels, text="\n".join(map(str, notes)))

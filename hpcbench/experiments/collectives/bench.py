@@ -1,6 +1,6 @@
 """Harness overhead: hpcbench's collective measurement against a raw torch.distributed loop.
 
-Run: ``python -m hpcbench.experiments.collectives.bench [--ranks 4] [--min-bytes 1M] [--max-bytes 32M]``
+Run: ``hpcbench bench collectives [--ranks 4] [--min-bytes 1M] [--max-bytes 32M]``
 
 For each size, in alternating rounds on the same process group, it times
 * the *raw loop*: ``iters`` back-to-back all_reduce calls between two clock reads
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -83,15 +82,23 @@ def bench_worker(cfg: OverheadConfig, topo: Topology, writer: RecordWriter) -> N
                 writer.add("ratio_mean", mean / raw, "1", labels=labels)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+#: The harness's busbw over the raw loop's must be at least this (within 5 %).
+RATIO_TARGET = 0.95
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench collectives --help``)."""
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--min-bytes", default="1M")
     ap.add_argument("--max-bytes", default="32M")
     ap.add_argument("--iters", default=10)
     ap.add_argument("--rounds", default=15)
     ap.add_argument("--out", default=None, help="folder for records (default: a temp dir)")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Raw loop and harness side by side per size; the result's dict form (``hpcbench.bench.result.BenchResult``):
+    one row per size, each size's harness/raw ratios (p50 and mean), judged against :data:`RATIO_TARGET`."""
     cfg = OverheadConfig.from_dict({"min_bytes": args.min_bytes, "max_bytes": args.max_bytes,
                                     "iters": args.iters, "rounds": args.rounds})
     out = Path(args.out or tempfile.mkdtemp(prefix="hpcbench-bench-"))
@@ -103,12 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     df = df[df["metric"].str.endswith("_busbw") | df["metric"].str.startswith("ratio_")]
     df["size_bytes"] = df["labels"].map(lambda s: json.loads(s)["size_bytes"])
     table = df.pivot_table(index="size_bytes", columns="metric", values="value", aggfunc="median")
-    print(f"\nall_reduce on {args.ranks} ranks (gloo), medians of {cfg.rounds} alternating rounds (ratios paired per round), busbw in GB/s")
-    print(table.to_string(float_format=lambda v: f"{v:.4f}"))
-    worst = table[["ratio_p50", "ratio_mean"]].min().min()
-    print(f"\nworst harness/raw ratio: {worst:.3f} (target >= 0.95); records: {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    ratios = [{"name": f"all_reduce {int(size)} B, harness {kind} / raw loop busbw",
+               "numerator": f"harness_{kind}_busbw", "denominator": "raw_busbw", "value": row[f"ratio_{kind}"],
+               "target": RATIO_TARGET}
+              for size, row in table.iterrows() for kind in ("p50", "mean")]
+    notes = [f"all_reduce on {args.ranks} ranks (gloo), medians of {cfg.rounds} alternating rounds (ratios paired per "
+             f"round), busbw in GB/s", f"records: {out}"]
+    return {"rows": table.reset_index().to_dict("records"), "ratios": ratios, "notes": notes,
+            "params": {"ranks": args.ranks, **cfg.to_dict()}}

@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.bench.cluster_task comm_modes [--link-rate 1gbit] [--model resnet18] [--steps 10]
+    hpcbench bench comm-modes [--link-rate 1gbit] [--model resnet18] [--steps 10]
 
 One ``comm_modes`` task, 2 nodes x 2 ranks, runs through the SLURM backend: plain DDP and the
 hierarchical hook on the same model and batch, one after the other in the same job, each
@@ -55,19 +55,21 @@ def compare(records: pd.DataFrame) -> pd.DataFrame:
               "unit", "grad_match", "buckets", "steps"]]
 
 
-def report(table: pd.DataFrame, link: str) -> str:
+def report(table: pd.DataFrame, link: str) -> dict:
+    """The result's dict form (``hpcbench.bench.result.BenchResult``): one row per mode, the two ratios."""
     flat, hier = table.loc["ddp"], table.loc["hierarchical"]
     comm_ratio = flat["comm_time_p50_ms"] / hier["comm_time_p50_ms"]
     tput_ratio = hier["throughput_total_p50"] / flat["throughput_total_p50"]
-    target = TARGET_FRACTION * PREDICTED
-    lines = [table.to_string(float_format=lambda v: f"{v:.4g}"), "",
-             f"inter-node link: {link}",
+    notes = [f"inter-node link: {link}",
              f"predicted link bytes per direction: flat ring {FLAT_RING_LINK_BYTES:.2f} S, hierarchical "
-             f"{HIERARCHICAL_LINK_BYTES:.2f} S -> communication time ratio up to {PREDICTED:.2f}x",
-             f"measured communication time ratio (flat / hierarchical, p50): {comm_ratio:.2f}x "
-             f"(target >= {target:.2f}x: {'met' if comm_ratio >= target else 'NOT met'})",
-             f"measured samples/s ratio (hierarchical / flat, p50): {tput_ratio:.2f}x"]
-    return "\n".join(lines)
+             f"{HIERARCHICAL_LINK_BYTES:.2f} S -> communication time ratio up to {PREDICTED:.2f}x; target "
+             f"{TARGET_FRACTION:.0%} of it"]
+    ratios = [{"name": "communication time, flat / hierarchical (p50)", "numerator": "ddp comm_time_p50_ms",
+               "denominator": "hierarchical comm_time_p50_ms", "value": comm_ratio,
+               "target": TARGET_FRACTION * PREDICTED},
+              {"name": "samples/s, hierarchical / flat (p50)", "numerator": "hierarchical throughput_total_p50",
+               "denominator": "ddp throughput_total_p50", "value": tput_ratio}]
+    return {"rows": table.reset_index().to_dict("records"), "ratios": ratios, "notes": notes}
 
 
 #: The link of a cluster the runner brings up for this benchmark (``--link-rate`` overrides it).
@@ -86,6 +88,6 @@ def suite_from(args: argparse.Namespace) -> dict:
     return bench_suite(args.model, args.steps, args.batch_size)
 
 
-def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> str:
-    """The printed comparison of a finished run's records."""
+def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> dict:
+    """The comparison of a finished run's records, in the result's dict form."""
     return report(compare(records), link)

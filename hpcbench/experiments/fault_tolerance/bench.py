@@ -1,6 +1,6 @@
 """Asynchronous light checkpoints against synchronous ones: the training stall per save, side by side.
 
-Run: ``python -m hpcbench.experiments.fault_tolerance.bench [--model gpt2_small] [--saves 10] [--root DIR]``
+Run: ``hpcbench bench fault-tolerance [--model gpt2_small] [--saves 10] [--root DIR]``
 
 One model trains AdamW steps on synthetic inputs; every ``--steps-between`` steps its light
 state (model, optimizer, progress: :func:`hpcbench.fault.state.capture_light`) is saved, in
@@ -22,9 +22,7 @@ The state must be large enough for the save to matter: the default ``gpt2_small`
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -38,8 +36,8 @@ STALL_SHARE_TARGET = 0.05
 TOY_ARGS = ["--model", "gpt2_tiny", "--saves", "2", "--steps-between", "1", "--batch-size", "1"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench fault-tolerance --help``)."""
     ap.add_argument("--model", default="gpt2_small", help="a registered model (resnet50, gpt2_124M for real sizes)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--saves", type=int, default=10, help="saves of each kind (alternating); medians are compared")
@@ -48,9 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--root", default=None, help="checkpoint folder (default: a temporary folder under ./results, "
                                                  "removed afterwards: /tmp may be a tmpfs, which writes nothing)")
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    args = ap.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> dict:
+    """Sync and async saves, alternating; the result's dict form (``hpcbench.bench.result.BenchResult``): one
+    row per kind of save, async stall / sync stall judged against :data:`STALL_SHARE_TARGET`."""
     cfg = FaultToleranceConfig.from_dict({"models": [args.model], "dtypes": [args.dtype], "zstd_level": args.level,
                                           "repeats": args.saves, "steps_between_saves": args.steps_between,
                                           "batch_size": args.batch_size})
@@ -59,31 +59,23 @@ def main(argv: list[str] | None = None) -> int:
         tr = build_training(cfg, args.model, args.dtype, device)
         tr.train(WARMUP_STEPS)
         step_s = statistics.median(tr.train(TIMED_STEPS))
-        # The records are not kept: the benchmark prints its figures.
+        # The records are not kept: the benchmark returns its figures.
         with RecordWriter(root / "records.parquet", RecordContext(experiment="bench")) as writer:
             stalls = measure_stall(cfg, tr, root / "checkpoints", step_s, writer, progress=lambda line: None)
-        sync, asyn = statistics.median(stalls["sync"]), statistics.median(stalls["async"])
-        slowdown = statistics.median(stalls["slowdown"])
-        share = asyn / sync
-        state_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) * 3 / 1e6
-        print(f"\n{args.model} {args.dtype} on {device.type}: light state ~{state_mb:.0f} MB (weights + 2 AdamW "
-              f"moments), zstd level {args.level}, {args.saves} saves of each kind, "
-              f"median step {step_s * 1e3:.1f} ms\n")
-        print(f"{'save':6s} {'stall p50 (ms)':>15s} {'min':>9s} {'max':>9s}")
-        for mode in ("sync", "async"):
-            v = stalls[mode]
-            print(f"{mode:6s} {statistics.median(v) * 1e3:15.2f} {min(v) * 1e3:9.2f} {max(v) * 1e3:9.2f}")
-        print(f"\nsteps overlapping an async write: {slowdown * 1e3:+.1f} ms per save against the median step "
-              f"(median over saves)")
-        print(f"target: async stall / sync stall = {share:.1%} (target <= {STALL_SHARE_TARGET:.0%}: "
-              f"{'MET' if share <= STALL_SHARE_TARGET else 'MISSED'})")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"model": args.model, "dtype": args.dtype, "device": device.type,
-                                                   "state_mb": state_mb, "step_s": step_s, **stalls,
-                                                   "sync_p50_s": sync, "async_p50_s": asyn, "share": share,
-                                                   "target": STALL_SHARE_TARGET}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    sync, asyn = statistics.median(stalls["sync"]), statistics.median(stalls["async"])
+    slowdown = statistics.median(stalls["slowdown"])
+    state_mb = sum(p.numel() * p.element_size() for p in tr.model.parameters()) * 3 / 1e6
+    # the slowdown of the steps that overlap a background write: async saves only
+    rows = [{"save": mode, "stall_p50_ms": statistics.median(stalls[mode]) * 1e3,
+             "stall_min_ms": min(stalls[mode]) * 1e3, "stall_max_ms": max(stalls[mode]) * 1e3,
+             "overlap_slowdown_p50_ms": slowdown * 1e3 if mode == "async" else None,
+             "stalls_s": stalls[mode], "overlap_slowdowns_s": stalls["slowdown"] if mode == "async" else []}
+            for mode in ("sync", "async")]
+    notes = [f"{args.model} {args.dtype} on {device.type}: light state ~{state_mb:.0f} MB (weights + 2 AdamW "
+             f"moments), zstd level {args.level}, {args.saves} saves of each kind, median step {step_s * 1e3:.1f} ms",
+             f"steps overlapping an async write: {slowdown * 1e3:+.1f} ms per save against the median step "
+             f"(median over saves)"]
+    ratios = [{"name": "training stall per save, async / sync (p50)", "numerator": "async stall_p50_ms",
+               "denominator": "sync stall_p50_ms", "value": asyn / sync, "target": STALL_SHARE_TARGET,
+               "higher_is_better": False}]
+    return {"rows": rows, "ratios": ratios, "notes": notes, "params": {**vars(args), "device": device.type}}

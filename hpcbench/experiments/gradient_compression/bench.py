@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.bench.cluster_task gradient_compression [--link-rate 200mbit] [--model weather_small] [--steps 12]
+    hpcbench bench gradient-compression [--link-rate 200mbit] [--model weather_small] [--steps 12]
 
 One ``gradient_compression`` task, 2 nodes x 2 ranks, runs through the SLURM backend: ``none`` (float32
 all-reduce), ``fp16`` and ``quant2bit`` train the same model on the same batches, all in the same
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 import pandas as pd
 
@@ -92,33 +91,36 @@ def compare(records: pd.DataFrame, link_bits_per_s: float | None) -> pd.DataFram
     return table
 
 
-def report(table: pd.DataFrame, link: str) -> str:
-    lines = [table.to_string(float_format=lambda v: f"{v:.4g}"), ""]
-    lines += [f"check failed: {p}" for p in table.attrs.get("problems", [])]
-    lines.append(f"inter-node link: {link}")
+def report(table: pd.DataFrame, link: str) -> dict:
+    """The result's dict form (``hpcbench.bench.result.BenchResult``): one row per compression; each one's
+    communication time and bytes against none's as ratios (quant2bit's judged against :data:`TARGET_RATIO`)."""
+    notes = [f"check failed: {p}" for p in table.attrs.get("problems", [])]
+    notes.append(f"inter-node link: {link}")
     # a ring puts what one rank sends on each direction of the link; the 2-bit exchange all_to_all_link_share() x
     link_ideal = IDEAL_RATIO * all_to_all_link_share()
-    lines.append(f"predicted bytes: quant2bit sends {IDEAL_RATIO:.4g} of float32's per rank (+ scales); over this "
+    notes.append(f"predicted bytes: quant2bit sends {IDEAL_RATIO:.4g} of float32's per rank (+ scales); over this "
                  f"layout's link {link_ideal:.4g} of the ring's (each rank sends {PER_NODE} of its {WORLD - 1} "
-                 f"messages across)")
+                 f"messages across); fp16 communication time expected about {FP16_RATIO:g} of none's")
+    ratios = []
+    for compression in (c for c in table.index if c != "none"):
+        row = table.loc[compression]
+        ratios.append({"name": f"{compression} communication time / none's (p50)",
+                       "numerator": f"{compression} comm ms p50", "denominator": "none comm ms p50",
+                       "value": row["comm vs none"], "target": TARGET_RATIO if compression == "quant2bit" else None,
+                       "higher_is_better": False})
+        ratios.append({"name": f"{compression} bytes / none's", "numerator": f"{compression} bytes/step/rank",
+                       "denominator": "none bytes/step/rank", "value": row["bytes vs none"], "higher_is_better": False})
     if "quant2bit" in table.index:
-        ratio = table.loc["quant2bit", "comm vs none"]
-        verdict = "met" if ratio <= TARGET_RATIO else "NOT met"
-        lines.append(f"quant2bit communication time / none's (p50): {ratio:.3g} (target <= {TARGET_RATIO:.3g}: "
-                     f"{verdict}; ideal {IDEAL_RATIO:.4g})")
         codec, comm = table.loc["quant2bit", "codec ms"], table.loc["quant2bit", "comm ms p50"]
         wire = table.loc["quant2bit", "wire ms (pred.)"]
         if math.isfinite(wire):
-            lines.append(f"quant2bit's {comm:.4g} ms of communication: codec {codec:.4g} ms (quantise, encode, decode; "
+            notes.append(f"quant2bit's {comm:.4g} ms of communication: codec {codec:.4g} ms (quantise, encode, decode; "
                          f"no wire), predicted wire {wire:.4g} ms, the rest {comm - codec - wire:.4g} ms (collective "
                          f"latency, waits, CPU contention)")
         else:
-            lines.append(f"quant2bit's {comm:.4g} ms of communication: codec {codec:.4g} ms (quantise, encode, decode; "
+            notes.append(f"quant2bit's {comm:.4g} ms of communication: codec {codec:.4g} ms (quantise, encode, decode; "
                          f"no wire); no shaped link, so no wire time to predict")
-    if "fp16" in table.index:
-        lines.append(f"fp16 communication time / none's (p50): {table.loc['fp16', 'comm vs none']:.3g} "
-                     f"(expected about {FP16_RATIO:g})")
-    return "\n".join(lines)
+    return {"rows": table.reset_index().to_dict("records"), "ratios": ratios, "notes": notes}
 
 
 #: The link of a cluster the runner brings up for this benchmark (``--link-rate`` overrides it).
@@ -141,6 +143,6 @@ def suite_from(args: argparse.Namespace) -> dict:
     return bench_suite(args.model, args.steps, args.batch_size, args.compressions.split(","))
 
 
-def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> str:
-    """The printed comparison of a finished run's records."""
+def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> dict:
+    """The comparison of a finished run's records, in the result's dict form."""
     return report(compare(records, link_bps), link)

@@ -1,6 +1,6 @@
 """Storage formats side by side: shards against small files, and against the disk's own limit.
 
-Run: ``python -m hpcbench.experiments.io_formats.bench [--images 2000] [--workers 2] [--root DIR]``
+Run: ``hpcbench bench io-formats [--images 2000] [--workers 2] [--root DIR]``
 
 One data set (default 2,000 ImageNet-like JPEGs, ~110 KB mean) stored as small files and as
 HDF5, TFRecord and tar shards (``--shard-size``). By default every epoch starts with the data set's files
@@ -47,14 +47,15 @@ per round: the 8 MiB buffer stays in the CPU's cache, so it is the strictest of 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 from torch.utils.data import DataLoader, Dataset
 
 from hpcbench.core.config import parse_bytes
+from hpcbench.core.errors import ConfigError, HpcbenchError
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
 from hpcbench.data.page_cache import cat_read, evict, prepare_cache, sequential_read
@@ -138,7 +139,7 @@ def prepare(root: Path, images: int, classes: int, shard_bytes: int) -> dict[str
     if not reuse:
         t0 = time.perf_counter()
         make_images(folders["files"], ImageSpec(images, classes))
-        print(f"generated {images} images in {time.perf_counter() - t0:.1f} s")
+        print(f"generated {images} images in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for fmt in FORMATS[1:]:
         folders[fmt] = root / fmt
         convert(folders["files"], folders[fmt], fmt, shard_bytes=shard_bytes)
@@ -165,8 +166,8 @@ def small_file_reads(paths: list[Path]) -> tuple[float, int, str]:
     return time.perf_counter() - t0, total, note
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """This benchmark's options (``hpcbench bench io-formats --help``)."""
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
@@ -181,21 +182,34 @@ def main(argv: list[str] | None = None) -> int:
                                                              "targets use the last one given")
     ap.add_argument("--root", default=None, help="where the data sets go (default: a temporary folder under "
                                                  "./results, removed afterwards); kept when given")
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    args = ap.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> dict:
+    """Every format and loading path side by side, then the references; the result's dict form
+    (``hpcbench.bench.result.BenchResult``): one row per measured configuration (``measure`` says which table),
+    each ratio the text above describes, the targets on the ones they judge."""
+    rows: list[dict] = []
+    ratios: list[dict] = []
+    notes: list[str] = []
+
+    def ratio(name: str, numerator: str, denominator: str, value: float, target: float | None = None) -> None:
+        ratios.append({"name": name, "numerator": numerator, "denominator": denominator, "value": value,
+                       "target": target})
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    if unknown := set(paths) - set(PATHS):
+        raise ConfigError(f"unknown {sorted(unknown)}; allowed: {list(PATHS)}", field="--paths")
+    if unknown := set(modes) - set(MODES):
+        raise ConfigError(f"unknown {sorted(unknown)}; allowed: {list(MODES)}", field="--modes")
     with disk_scratch(args.root, "bench-io-formats-") as root:
         folders = prepare(root, args.images, args.classes, parse_bytes(args.shard_size))
-        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        paths = [p.strip() for p in args.paths.split(",") if p.strip()]
-        if unknown := set(paths) - set(PATHS):
-            raise SystemExit(f"--paths: unknown {sorted(unknown)}; allowed: {list(PATHS)}")
         runs = [(p, f) for p in paths for f in FORMATS]
         # a batch's bytes, the same for every format (their payload): the second warm reference's buffer size
         images = load_manifest(folders["files"])[0]
         batch_bytes = args.batch_size * images.bytes // max(images.samples, 1)
         results: dict[str, dict[str, dict[str, dict]]] = {m: {p: {} for p in paths} for m in modes}
-        notes: set[str] = set()
+        notes_cache: set[str] = set()  # what was done to the page cache
         for mode in modes:
             # run reads hand out raw bytes: a mode that decodes has no runs path
             here = [(p, f) for p, f in runs if not (p in RAW_ONLY and MODES[mode].get("decode"))]
@@ -234,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                                       batch_size=args.batch_size, compute_s=0.0, device_prefetch=False,
                                       evict_paths=files if args.cache == "cold" else None, loader=loader)
                     if not r.exact:
-                        raise SystemExit(f"{key}: epoch lost or repeated samples ({r.missing}, {r.repeated})")
-                    notes.add(r.eviction.describe().split(":")[0] if r.eviction is not None else "warm")
+                        raise HpcbenchError(f"{key}: epoch lost or repeated samples ({r.missing}, {r.repeated})")
+                    notes_cache.add(r.eviction.describe().split(":")[0] if r.eviction is not None else "warm")
                     walls[key].append(r.wall_s)
                     info[key] = (r.samples, ds.manifest.bytes, r.opens)
             del loaders  # stops the persistent workers
@@ -252,23 +266,15 @@ def main(argv: list[str] | None = None) -> int:
                         s_ / w for s_, w in zip(seq_batch[path, fmt], walls[path, fmt]))
                     results[mode][path][fmt]["share_of_warm_cat"] = statistics.median(
                         s_ / w for s_, w in zip(cat[path, fmt], walls[path, fmt]))
-        print(f"\n{args.images} images, {args.workers} DataLoader workers, batch {args.batch_size}, {args.cache} page "
-              f"cache ({', '.join(sorted(notes))}), median of {args.rounds} rounds\n")
-        head = "".join(f" | {p + ' samples/s':>20s} {'MB/s':>7s} {'x files':>7s}" for p in paths)
-        print(f"{'mode':15s} {'format':9s}{head} | {'opens':>6s}")
+        notes.append(f"{args.images} images, {args.workers} DataLoader workers, batch {args.batch_size}, {args.cache} "
+                     f"page cache ({', '.join(sorted(notes_cache))}), median of {args.rounds} rounds")
         for mode in modes:
-            line_base = {p: results[mode][p]["files"]["samples_per_s"] for p in paths if results[mode][p]}
-            for fmt in FORMATS:
-                cells = ""
-                for p in paths:
-                    r = results[mode][p].get(fmt)
-                    if r is None:
-                        cells += f" | {'n/a':>20s} {'':7s} {'':7s}"
-                        continue
-                    cells += f" | {r['samples_per_s']:20.0f} {r['MB_per_s']:7.1f} {r['samples_per_s'] / line_base[p]:7.2f}"
-                opens = next(results[mode][p][fmt]["opens"] for p in paths[::-1] if fmt in results[mode][p])
-                print(f"{mode:15s} {fmt:9s}{cells} | {opens:6d}")
-        summary = {"results": results, "paths": paths}
+            for path in paths:
+                for fmt in FORMATS:
+                    if fmt in results[mode][path]:
+                        r = results[mode][path][fmt]
+                        rows.append({"measure": "DataLoader epoch", "mode": mode, "path": path, "format": fmt,
+                                     **r, "x_files": r["samples_per_s"] / results[mode][path]["files"]["samples_per_s"]})
         if "decoded" in results:
             # The widely used recipe for a folder of JPEGs, side by side with the files reader's best path.
             decoded = results["decoded"]
@@ -278,31 +284,26 @@ def main(argv: list[str] | None = None) -> int:
             pil = images.samples / statistics.median(walls)
             best = max((p for p in paths if "files" in decoded[p]), key=lambda p: decoded[p]["files"]["samples_per_s"])
             ours = decoded[best]["files"]["samples_per_s"]
-            print(f"\ndecoded, small files: the files reader ({best} path) {ours:.0f} samples/s against a plain "
-                  f"DataLoader over PIL {pil:.0f} samples/s: {ours / pil:.2f}x (target >= 1x: "
-                  f"{'MET' if ours >= pil else 'MISSED'})")
-            summary["pil_folder"] = {"samples_per_s": pil, "walls_s": walls, "files_best_path": best,
-                                     "files_samples_per_s": ours, "ratio": ours / pil}
+            rows.append({"measure": "PIL DataLoader (decoded, small files)", "samples_per_s": pil, "walls_s": walls})
+            ratio(f"decoded, small files: the files reader ({best} path) / a plain DataLoader over PIL",
+                  "files reader samples/s", "PIL DataLoader samples/s", ours / pil, 1.0)
         if args.cache == "warm" and "storage" in results:
             # Each format against a plain sequential read of its own files, paired round by round.
-            print(f"\nwarm, storage mode: each format's epoch against a plain sequential read of its own files "
-                  f"(median of the rounds' ratios; in brackets, against the same read into 4 batch-sized buffers, "
-                  f"and GNU cat on the same files)")
+            notes.append("warm, storage mode: each format's epoch against a plain sequential read of its own files, "
+                         "the same read into 4 batch-sized buffers, and GNU cat on the same files (median of the "
+                         "rounds' ratios)")
+            best_path = {fmt: max((p for p in paths if fmt in results["storage"][p]),
+                                  key=lambda p: results["storage"][p][fmt]["share_of_warm_sequential"])
+                         for fmt in FORMATS[1:]}
             for p in paths:
-                st = results["storage"][p]
-                print(f"  {p:11s} " + "  ".join(f"{f} {st[f]['share_of_warm_sequential']:.0%} "
-                                                f"({st[f]['share_of_warm_sequential_batch_buffers']:.0%}, "
-                                                f"{st[f]['share_of_warm_cat']:.0%})"
-                                                for f in FORMATS if f in st))
-            for fmt in FORMATS[1:]:
-                best = max((p for p in paths if fmt in results["storage"][p]),
-                           key=lambda p: results["storage"][p][fmt]["share_of_warm_sequential"])
-                share = results["storage"][best][fmt]["share_of_warm_sequential"]
-                bufs = results["storage"][best][fmt]["share_of_warm_sequential_batch_buffers"]
-                of_cat = results["storage"][best][fmt]["share_of_warm_cat"]
-                print(f"target (warm, {fmt}, best path {best}): {share:.0%} of the sequential read through the "
-                      f"DataLoader (target >= {WARM_SHARE_TARGET:.0%}: {'MET' if share >= WARM_SHARE_TARGET else 'MISSED'}; "
-                      f"{bufs:.0%} of the read into batch-sized buffers, {of_cat:.0%} of `cat`)")
+                for fmt, st in results["storage"][p].items():
+                    where = f"warm, storage, {p} path, {fmt}"
+                    ratio(f"{where}: epoch / sequential read", "DataLoader epoch MB/s", "plain sequential read MB/s",
+                          st["share_of_warm_sequential"], WARM_SHARE_TARGET if best_path.get(fmt) == p else None)
+                    ratio(f"{where}: epoch / read into batch-sized buffers", "DataLoader epoch MB/s",
+                          "sequential read into 4 batch buffers MB/s", st["share_of_warm_sequential_batch_buffers"])
+                    ratio(f"{where}: epoch / cat", "DataLoader epoch MB/s", "GNU cat MB/s", st["share_of_warm_cat"])
+        best = path = None
         if "storage" in results:
             # The reader alone, one process, no DataLoader: separates storage + format cost from
             # the workers' inter-process transfer.
@@ -315,41 +316,42 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     n = sum(len(item["index"]) if options else 1 for item in ds)
                     alone[p][fmt] = n / (time.perf_counter() - t0)
-                print(f"reader alone {p:11s} " + "  ".join(
-                    f"{fmt} {alone[p][fmt]:.0f}/s ({alone[p][fmt] / alone[p]['files']:.2f}x)" for fmt in FORMATS)
-                    + f"  [one process, no DataLoader, {args.cache}]")
-            summary["reader_alone_samples_per_s"] = alone
+                for fmt in FORMATS:
+                    rows.append({"measure": f"reader alone (one process, no DataLoader, {args.cache})", "path": p,
+                                 "format": fmt, "samples_per_s": alone[p][fmt],
+                                 "x_files": alone[p][fmt] / alone[p]["files"]})
+                    if fmt != "files":
+                        ratio(f"reader alone, {p} path, {fmt} / files", f"{fmt} samples/s", "files samples/s",
+                              alone[p][fmt] / alone[p]["files"])
             files = shard_paths(*load_manifest(folders["files"]))
             seconds, nbytes, note = small_file_reads(files)
             per_file = seconds / len(files)
-            print(f"plain open+read+close of the {len(files)} small files, one process, cold: "
-                  f"{len(files) / seconds:.0f} files/s ({per_file * 1e6:.0f} us per file, {nbytes / seconds / 1e6:.1f} MB/s; "
-                  f"{note})")
-            summary["small_file_reads"] = {"files_per_s": len(files) / seconds, "us_per_file": per_file * 1e6,
-                                           "MB_per_s": nbytes / seconds / 1e6}
+            rows.append({"measure": "plain open+read+close of the small files, one process, cold",
+                         "files": len(files), "files_per_s": len(files) / seconds, "us_per_file": per_file * 1e6,
+                         "MB_per_s": nbytes / seconds / 1e6})
+            notes.append(f"small files before their plain reads: {note}")
             path = paths[-1]
             storage = results["storage"][path]
             best = max(FORMATS[1:], key=lambda f: storage[f]["samples_per_s"])
-            speedup = storage[best]["samples_per_s"] / storage["files"]["samples_per_s"]
             seconds, nbytes, note = timed_sequential_read(shard_paths(*load_manifest(folders[best])), args.cache)
             disk = nbytes / seconds / 1e6
-            share = storage[best]["MB_per_s"] / disk
-            print(f"\nplain sequential read of the {best} shards: {disk:.1f} MB/s ({note})")
+            rows.append({"measure": f"plain sequential read of the {best} shards ({args.cache})", "MB_per_s": disk})
+            notes.append(f"{best} shards before their plain sequential read: {note}")
+            notes.append(f"targets on the {path} path (the last given), storage mode: the best shard format ({best}) "
+                         f">= {SPEEDUP_TARGET:.0f}x the small files in samples/s, and >= {DISK_SHARE_TARGET:.0%} of "
+                         f"the plain sequential read's MB/s")
             for p in paths:
                 st = results["storage"][p]
                 b = max(FORMATS[1:], key=lambda f: st[f]["samples_per_s"])
-                print(f"{p:11s} path: best shard format {b} {st[b]['samples_per_s'] / st['files']['samples_per_s']:.2f}x "
-                      f"files in samples/s, {st[b]['MB_per_s'] / disk:.0%} of the sequential read's MB/s")
-            print(f"targets ({path} path): best shard format ({best}) vs small files: {speedup:.2f}x samples/s "
-                  f"(target >= {SPEEDUP_TARGET:.0f}x: {'MET' if speedup >= SPEEDUP_TARGET else 'MISSED'})")
-            print(f"targets ({path} path): {best} MB/s vs plain sequential read: {share:.0%} "
-                  f"(target >= {DISK_SHARE_TARGET:.0%}: {'MET' if share >= DISK_SHARE_TARGET else 'MISSED'})")
-            summary.update(best=best, target_path=path, speedup_vs_files=speedup, sequential_MB_per_s=disk,
-                           share_of_sequential=share)
-        if args.json:
-            Path(args.json).write_text(json.dumps(summary, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+                ratio(f"storage, {p} path, best shard format {b}: MB/s / plain sequential read's", f"{b} MB/s",
+                      f"sequential read of the {best} shards MB/s", st[b]["MB_per_s"] / disk,
+                      DISK_SHARE_TARGET if p == path else None)
+        # Each format's samples/s against the small files' in the same mode and path (the table's "x files").
+        for mode in modes:
+            for p in paths:
+                for fmt, r in results[mode][p].items():
+                    if fmt != "files":
+                        target = SPEEDUP_TARGET if (mode, p, fmt) == ("storage", path, best) else None
+                        ratio(f"{mode}, {p} path, {fmt} / small files", f"{fmt} samples/s", "files samples/s",
+                              r["samples_per_s"] / results[mode][p]["files"]["samples_per_s"], target)
+    return {"rows": rows, "ratios": ratios, "notes": notes}

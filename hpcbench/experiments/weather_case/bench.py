@@ -3,7 +3,7 @@
 Run (root, with slurm-wlm and munge installed; it brings up a 2-node cluster unless one is
 already up in ``--state``, and takes it down afterwards unless ``--keep``):
 
-    python -m hpcbench.bench.cluster_task weather_case [--link-rate 100mbit] [--model weather_tiny] [--steps 10]
+    hpcbench bench weather-case [--link-rate 100mbit] [--model weather_tiny] [--steps 10]
 
 One ``weather_case`` task, 2 nodes x 2 ranks, runs every stage of the ablation (original,
 comm_tuned, full and each technique alone) through the SLURM backend, all interleaved step by step
@@ -58,22 +58,27 @@ def compare(records: pd.DataFrame, link_bps: float | None) -> pd.DataFrame:
     return out.set_index("stage")
 
 
-def report(table: pd.DataFrame, link: str) -> str:
+def report(table: pd.DataFrame, link: str) -> dict:
+    """The result's dict form (``hpcbench.bench.result.BenchResult``): one row per stage; full / original
+    measured (judged against :data:`TARGET_SPEEDUP`) and as the bytes predict it."""
     original, full = table.loc["original"], table.loc["full"]
     share = 1.0 - float(original["busy_share"])
     speedup = float(full["speedup"])
     regime = "met" if share >= MIN_COMM_SHARE else f"NOT met: lower --link-rate so that it reaches {MIN_COMM_SHARE:.0%}"
-    lines = [table.to_string(float_format=lambda v: f"{v:.4g}"), "",
-             f"inter-node link: {link}",
+    notes = [f"inter-node link: {link}",
              f"original's communication share (1 - busy share): {share:.0%} (needs >= {MIN_COMM_SHARE:.0%}: {regime})",
-             f"full / original, time per micro-step: {speedup:.2f}x (target >= {TARGET_SPEEDUP:.1f}x: "
-             f"{'met' if speedup >= TARGET_SPEEDUP else 'NOT met'}); the bytes predict "
-             f"{float(full['predicted_speedup']):.2f}x",
              "predicted = own compute (no-op twin) + bytes across nodes / link rate, nothing overlapped"]
     failed = [str(i) for i, ok in table["ok"].items() if ok is False]
     if failed:
-        lines.append(f"stages whose checks failed (do not count): {', '.join(failed)}")
-    return "\n".join(lines)
+        notes.append(f"stages whose checks failed (do not count): {', '.join(failed)}")
+    ratios = [{"name": "original's communication share (1 - busy share; the regime the target needs)",
+               "numerator": "original's communication time", "denominator": "original's step time", "value": share,
+               "target": MIN_COMM_SHARE},
+              {"name": "full's speedup over original, time per micro-step", "numerator": "original micro_step_ms",
+               "denominator": "full micro_step_ms", "value": speedup, "target": TARGET_SPEEDUP},
+              {"name": "full's speedup over original, as the bytes predict it", "numerator": "original predicted_ms",
+               "denominator": "full predicted_ms", "value": float(full["predicted_speedup"])}]
+    return {"rows": table.reset_index().to_dict("records"), "ratios": ratios, "notes": notes}
 
 
 #: The link of a cluster the runner brings up for this benchmark (``--link-rate`` overrides it).
@@ -92,6 +97,6 @@ def suite_from(args: argparse.Namespace) -> dict:
     return bench_suite(args.model, args.steps, args.micro_batch)
 
 
-def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> str:
-    """The printed comparison of a finished run's records."""
+def report_run(records: pd.DataFrame, link_bps: float | None, link: str) -> dict:
+    """The comparison of a finished run's records, in the result's dict form."""
     return report(compare(records, link_bps), link)

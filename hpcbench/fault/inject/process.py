@@ -99,7 +99,7 @@ def kill_one_rank(match: str, *, sig: signal.Signals = signal.SIGKILL, rank: int
     """Wait for a rank process, then signal it (mid-step: the ranks are training by then).
 
     Args:
-        match: text in the rank's command line, e.g. ``"hpcbench.fault.train"``.
+        match: text in the rank's command line, e.g. ``"hpcbench train"``.
         sig: the signal (SIGKILL: no handler runs, as with the OOM killer or a lost node).
         rank: kill this global rank (default: the highest found, so the rendezvous host's rank 0 lives).
         env: environment entries the rank must carry (e.g. a test's marker).
