@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hpcbench.core.config import BitRate
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.facts import LINK_PEAKS_GBPS
 from hpcbench.core.results import find_record_files, read_records
@@ -39,8 +40,9 @@ HDR_GBPS = LINK_PEAKS_GBPS[FABRIC]
 #: A shipped suite: one 16 MiB all_reduce inside one node of 2 ranks.
 CALIBRATION_SUITE = "reproduce-calibration"
 RANKS_PER_NODE = 2
-#: tc needs at least 1 Mbit/s for SLURM's own messages; the emulation caps the link here too.
-MIN_LINK_MBIT, MAX_LINK_MBIT = 10, 10_000
+#: The node link's range in bit/s: SLURM's own messages need more than 1 Mbit/s, and the emulation
+#: caps the link at 10 Gbit/s.
+MIN_LINK_BPS, MAX_LINK_BPS = 10e6, 10e9
 
 
 def guide_ratio(nics_per_node: int) -> float:
@@ -50,11 +52,11 @@ def guide_ratio(nics_per_node: int) -> float:
     return NVLINK_GBPS / (HDR_GBPS * nics_per_node / GPUS_PER_NODE)
 
 
-def link_rate_mbit(intra_gbps: float, nics_per_node: int, ranks_per_node: int = RANKS_PER_NODE) -> int:
-    """The node link (Mbit/s) whose per-rank share is ``intra_gbps / guide_ratio``."""
+def link_rate_bps(intra_gbps: float, nics_per_node: int, ranks_per_node: int = RANKS_PER_NODE) -> BitRate:
+    """The node link (bit/s, whole Mbit/s) whose per-rank share is ``intra_gbps / guide_ratio``."""
     per_rank = intra_gbps / guide_ratio(nics_per_node)
-    mbit = per_rank * ranks_per_node * 8e3
-    return int(min(max(round(mbit), MIN_LINK_MBIT), MAX_LINK_MBIT))
+    bps = round(per_rank * ranks_per_node * 8e9, -6)
+    return BitRate(min(max(bps, MIN_LINK_BPS), MAX_LINK_BPS))
 
 
 def intra_node_busbw(run_dir: Path) -> float:
@@ -67,13 +69,13 @@ def intra_node_busbw(run_dir: Path) -> float:
     return float(busbw["value"].median())
 
 
-def recorded_link_rate(run_dir: Path) -> str:
-    """The shaped link rate an earlier run recorded (``fact.link_rate_bps``), as a tc rate."""
+def recorded_link_rate(run_dir: Path) -> BitRate:
+    """The shaped link rate an earlier run recorded (``fact.link_rate_bps``)."""
     for path in find_record_files(run_dir / "tasks"):
         frame = read_records(path)
         rates = frame[(frame["metric"] == "fact.link_rate_bps") & frame["value"].notna()]["value"]
         if len(rates):
-            return f"{int(round(rates.iloc[0] / 1e6))}mbit"
+            return BitRate(rates.iloc[0])
     raise HpcbenchError(f"{run_dir} records no shaped link rate (fact.link_rate_bps); pass --link-rate")
 
 
@@ -203,6 +205,13 @@ def nodes_needed(suite) -> int:
     return most
 
 
+def _bit_rate(text: str) -> BitRate:
+    try:
+        return BitRate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from hpcbench.cluster import ClusterSpec, check_prerequisites, cluster_down, cluster_up, reshape_links
     from hpcbench.report import build_report
@@ -219,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results", help="parent folder of the run dir")
     ap.add_argument("--report", default="reports/reproduce", help="report folder")
     ap.add_argument("--state", default="/tmp/hpcbench-reproduce", help="the emulated cluster's state dir")
-    ap.add_argument("--link-rate", help="skip the calibration and shape the link to this tc rate (e.g. 800mbit)")
+    ap.add_argument("--link-rate", type=_bit_rate, help="skip the calibration and shape the link to this rate "
+                                                         "(bit/s, or e.g. 800mbit)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="rerun only the failed or missing tasks of an earlier "
                                                         "reproduce run, on a link shaped as that run's was")
     ap.add_argument("--top-up", type=int, default=TOP_UP_CAP, metavar="N",
@@ -243,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a killed job, a closed session) must still take the cluster down: turn it into an
     # exit that runs the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    info = cluster_up(ClusterSpec(nodes=nodes_needed(suite), link_rate=f"{MAX_LINK_MBIT}mbit", link_delay="0ms",
+    info = cluster_up(ClusterSpec(nodes=nodes_needed(suite), link_rate=MAX_LINK_BPS, link_delay="0ms",
                                   state_dir=args.state))
     os.environ.update(info.env())
     try:
@@ -253,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             calib = Path(tempfile.mkdtemp(prefix="hpcbench-calibration-")) / "run"
             run_suite(load_suite(CALIBRATION_SUITE), calib, backend="slurm", progress=False)
             intra = intra_node_busbw(calib)
-            rate = f"{link_rate_mbit(intra, args.nics)}mbit"
+            rate = link_rate_bps(intra, args.nics)
             print(f"calibration: intra-node all_reduce busbw {intra:.3g} GB/s per rank; the guide's platform "
                   f"with {args.nics} NIC(s) per node has a 1:{guide_ratio(args.nics):.0f} inter/intra ratio "
                   f"-> node link {rate}", flush=True)
@@ -279,6 +289,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster_down(args.state)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

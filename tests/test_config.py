@@ -1,5 +1,6 @@
 """Config coercion and errors (hpcbench.core.config) on a purpose-built config and on the real ones."""
 
+import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -92,3 +93,17 @@ def test_describe_documents_every_field():
     assert [r["name"] for r in rows] == CollectivesConfig.field_names()
     assert all(r["doc"] for r in rows)
     assert next(r for r in rows if r["name"] == "step_factor")["allowed"] == "between 2 and 1024"
+
+
+def test_a_bit_rate_is_one_number_of_bits_per_second_whatever_its_spelling():
+    from hpcbench.core.config import BitRate
+    from hpcbench.core.tc import format_rate, parse_rate
+
+    assert BitRate("800mbit") == BitRate(800e6) == BitRate("8e8") == 800e6
+    assert BitRate("10mbps") == 80e6  # tc's bps is bytes per second
+    assert str(BitRate(1e9)) == "1 Gbit/s" and str(BitRate(1333e6)) == "1.333 Gbit/s"
+    assert json.loads(json.dumps(BitRate("1gbit"))) == 1e9  # a plain number in cluster.json and records
+    assert parse_rate(format_rate(BitRate("123.4mbit"))) == 123.4e6  # tc's text only where tc runs
+    for bad in ("fast", "-1", "inf", True, "1 gbit/s"):
+        with pytest.raises(ValueError):
+            BitRate(bad)

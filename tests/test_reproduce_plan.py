@@ -3,7 +3,7 @@
 import pytest
 
 from hpcbench.core.errors import HpcbenchError
-from hpcbench.reproduce import guide_ratio, link_rate_mbit, nodes_needed, regime_entries, select_entries
+from hpcbench.reproduce import guide_ratio, link_rate_bps, nodes_needed, regime_entries, select_entries
 from hpcbench.run.suite import load_suite, parse_suite
 
 
@@ -17,8 +17,8 @@ def test_guide_ratio_follows_the_nics_per_node():
 
 def test_link_rate_is_the_per_rank_share_times_ranks_and_clamped():
     # 1 GB/s intra per rank / 12 = 83 MB/s per rank, x 2 ranks, in Mbit/s
-    assert link_rate_mbit(1.0, 8) == round(1.0 / 12 * 2 * 8e3) == 1333
-    assert link_rate_mbit(1e-6, 8) == 10 and link_rate_mbit(1e6, 1) == 10_000
+    assert link_rate_bps(1.0, 8) == round(1.0 / 12 * 2 * 8e3) * 1e6 == 1333e6
+    assert link_rate_bps(1e-6, 8) == 10e6 and link_rate_bps(1e6, 1) == 10e9
 
 
 def test_the_cluster_has_as_many_nodes_as_the_largest_task():

@@ -43,8 +43,9 @@ class LinkPhase:
 
     names: list[str]
     """what runs in the phase (regimes, link rates...), for the records"""
-    requested: str
-    original: str | None = None
+    requested: float | str
+    """the rate asked for, as the experiment gave it (bit/s, or tc's spelling)"""
+    original: float | None = None
     """the cluster's rate before the phase (None: no cluster)"""
     shaped: bool = False
     restored: bool | None = None
@@ -59,8 +60,11 @@ class LinkPhase:
         return f"{which}: " + "; ".join(self.actions)
 
 
-def reshape_from_host(cluster, rate: str) -> str:
-    """Set every node link of ``cluster`` to ``rate`` from the host's namespace; return the rate cluster.json holds."""
+def reshape_from_host(cluster, rate: float | str) -> float | None:
+    """Set every node link of ``cluster`` to ``rate`` (bit/s, or tc's ``"800mbit"``) from the host's namespace;
+    return the rate cluster.json holds (bit/s; None when it cannot be read back)."""
+    from hpcbench.core.config import BitRate
+
     from hpcbench.cluster.host_commands import ClusterError
     from hpcbench.cluster.locate import cluster_of, host_netns_of
     from hpcbench.cluster.network import in_netns
@@ -69,8 +73,12 @@ def reshape_from_host(cluster, rate: str) -> str:
         host = host_netns_of(cluster)
     except ClusterError as exc:
         raise LinkPhaseError(str(exc)) from None
+    try:
+        bps = float(BitRate(rate))
+    except ValueError as exc:
+        raise LinkPhaseError(f"link rate: {exc}") from None
     # only hpcbench.cluster imported in the helper: it starts in a fraction of a second
-    argv = in_netns(host, [sys.executable, "-c", RESHAPE_SCRIPT, str(cluster.state_dir), rate])
+    argv = in_netns(host, [sys.executable, "-c", RESHAPE_SCRIPT, str(cluster.state_dir), repr(bps)])
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=RESHAPE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -78,11 +86,11 @@ def reshape_from_host(cluster, rate: str) -> str:
     if proc.returncode != 0:
         raise LinkPhaseError(f"`{' '.join(argv)}` failed (rc {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     now = cluster_of({"SLURM_CONF": str(cluster.slurm_conf)})
-    return now.spec.link_rate if now is not None else "?"
+    return now.spec.link_rate if now is not None else None
 
 
 @contextlib.contextmanager
-def link_phase(names: list[str], rate: str) -> Iterator[LinkPhase]:
+def link_phase(names: list[str], rate: float | str) -> Iterator[LinkPhase]:
     """The cluster's links at ``rate`` while ``names`` run in the body, the original rate again afterwards,
     also on errors.
 
@@ -126,8 +134,8 @@ class SteeredLink:
         from hpcbench.cluster.locate import cluster_of
 
         self.cluster = cluster_of()
-        self.original: str | None = self.cluster.spec.link_rate if self.cluster is not None else None
-        self.current: str | None = self.original
+        self.original: float | None = self.cluster.spec.link_rate if self.cluster is not None else None
+        self.current: float | None = self.original
         self.restored: bool | None = None
         self.touched = False
         self.actions: list[str] = []
@@ -139,8 +147,8 @@ class SteeredLink:
     def can_shape(self) -> bool:
         return self.cluster is not None
 
-    def set(self, rate: str) -> str:
-        """Every node link to ``rate`` (tc syntax); returns the rate cluster.json holds afterwards."""
+    def set(self, rate: float | str) -> float | None:
+        """Every node link to ``rate`` (bit/s); returns the rate cluster.json holds afterwards."""
         if self.cluster is None:
             raise LinkPhaseError(self.why_not)
         self.touched = True  # a reshape that fails half-way is put back too
@@ -158,11 +166,6 @@ class SteeredLink:
         self.restored = got == self.original
         self.current = got
         self.actions.append(f"links put back to {got}")
-
-
-def tc_rate(rate_bps: float) -> str:
-    """``rate_bps`` in tc syntax, whole kbit/s (tc and :func:`hpcbench.cluster.network.parse_rate` read it)."""
-    return f"{max(1, int(round(rate_bps / 1e3)))}kbit"
 
 
 def agreed(flag: bool, device) -> bool:
@@ -184,7 +187,7 @@ def shape_on_ranks(steer: SteeredLink, rate_bps: float, *, lead: bool, device) -
     error: LinkPhaseError | None = None
     if lead:
         try:
-            steer.set(tc_rate(rate_bps))
+            steer.set(rate_bps)
         except LinkPhaseError as exc:
             error = exc
     if not agreed(error is None, device):

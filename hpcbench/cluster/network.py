@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from hpcbench.cluster.host_commands import ClusterError, run_command
 # tc's units are read in hpcbench.core.tc; parse_rate and parse_delay stay importable from here for their callers
-from hpcbench.core.tc import Qdisc, parse_delay, parse_qdiscs, parse_rate  # noqa: F401
+from hpcbench.core.tc import Qdisc, format_rate, parse_delay, parse_qdiscs, parse_rate  # noqa: F401
 
 PREFIX = "hpcb"
 BRIDGE = "hpcb-br0"
@@ -140,7 +140,8 @@ def delete_network() -> None:
 class LinkShaping:
     """Egress shaping of one veth end: a token bucket for the rate, netem for the delay."""
 
-    rate: str
+    rate: float
+    """bits per second; tc's text for it is made in :meth:`commands`, where tc runs"""
     delay: str
 
     @property
@@ -148,11 +149,11 @@ class LinkShaping:
         # At least 128 KiB so that a 64 KiB GSO super-packet fits in the bucket (tbf would
         # otherwise segment or drop it); at high rates 4 ms worth of traffic, so that the
         # 250 Hz kernel tick cannot starve the bucket. 128 KiB is 1 % of one second at 100mbit.
-        return int(max(128 * 1024, parse_rate(self.rate) / 8 / 250))
+        return int(max(128 * 1024, float(self.rate) / 8 / 250))
 
     def commands(self, dev: str, netns: str | None) -> list[list[str]]:
         tc = ["tc"] + (["-n", netns] if netns else [])
-        tbf = ["tbf", "rate", self.rate, "burst", str(self.burst_bytes), "latency", "50ms"]
+        tbf = ["tbf", "rate", format_rate(self.rate), "burst", str(self.burst_bytes), "latency", "50ms"]
         if parse_delay(self.delay) > 0:
             return [tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay", self.delay,
                           "limit", "100000"],

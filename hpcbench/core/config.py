@@ -34,8 +34,9 @@ from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from hpcbench.core.errors import ConfigError
 from hpcbench.core.registry import did_you_mean
+from hpcbench.core.tc import parse_rate
 
-__all__ = ["Config", "ByteSize", "param", "parse_bytes"]
+__all__ = ["Config", "BitRate", "ByteSize", "param", "parse_bytes", "parse_bit_rate"]
 
 
 class ByteSize(int):
@@ -43,6 +44,41 @@ class ByteSize(int):
 
     Suffixes are binary (K = 1024), as in nccl-tests' ``-b 8 -e 128M``.
     """
+
+
+class BitRate(float):
+    """A link rate: a ``float`` number of bits per second that also accepts tc's spelling (``"800mbit"``,
+    ``"1gbit"``; tc's ``bps`` is *bytes* per second). One value from the command line to the link: tc's
+    text is made only where tc runs (:func:`hpcbench.core.tc.format_rate`)."""
+
+    def __new__(cls, value: Any) -> "BitRate":
+        return super().__new__(cls, parse_bit_rate(value))
+
+    def __str__(self) -> str:
+        for factor, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+            if self >= factor:
+                return f"{self / factor:.4g} {unit}"
+        return f"{float(self):.4g} bit/s"
+
+
+def parse_bit_rate(value: Any) -> float:
+    """Bits per second from a number (bits per second) or a tc rate (``"100mbit"``); raises ``ValueError``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a rate")
+    if isinstance(value, (int, float)):
+        out = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            out = float(text)
+        except ValueError:
+            try:
+                out = parse_rate(text)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a rate (bits per second, or e.g. 100mbit, 1gbit)") from None
+    if not math.isfinite(out) or out < 0:
+        raise ValueError(f"{value!r} is not a rate (a finite number of bits per second, >= 0)")
+    return out
 
 
 _BYTE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -163,6 +199,8 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         return items if origin is list else tuple(items)
     if tp is ByteSize:
         return ByteSize(parse_bytes(value))
+    if tp is BitRate:
+        return BitRate(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -214,7 +252,8 @@ def _describe_range(meta: typing.Mapping[str, Any]) -> str:
     return ""
 
 
-_PLURAL = {int: "integers", float: "numbers", str: "texts", bool: "booleans", ByteSize: "byte sizes"}
+_PLURAL = {int: "integers", float: "numbers", str: "texts", bool: "booleans", ByteSize: "byte sizes",
+           BitRate: "rates"}
 
 
 def _describe_type(tp: Any, plural: bool = False) -> str:
@@ -223,6 +262,8 @@ def _describe_type(tp: Any, plural: bool = False) -> str:
         return _PLURAL[tp]
     if tp is ByteSize:
         return "a byte size like 4096, 64K, 1M or 1e6"
+    if tp is BitRate:
+        return "a rate in bit/s like 1e9, or 100mbit, 1gbit"
     if tp is bool:
         return "true or false"
     if tp is int:
@@ -365,6 +406,8 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, ByteSize):
         return int(value)
+    if isinstance(value, BitRate):
+        return float(value)
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
@@ -373,6 +416,8 @@ def _plain(value: Any) -> Any:
 def _type_name(tp: Any) -> str:
     if tp is ByteSize:
         return "byte size (e.g. 4096, 64K, 1M, 1e6)"
+    if tp is BitRate:
+        return "rate in bit/s (e.g. 1e9, 100mbit, 1gbit)"
     origin = get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))

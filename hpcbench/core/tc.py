@@ -38,6 +38,12 @@ def parse_rate(text: str) -> float:
     return float(number) * factor * (8 if unit.lower() == "bps" else 1)
 
 
+def format_rate(bps: float) -> str:
+    """``bps`` (bits per second) as tc's text, in whole kbit/s; :func:`parse_rate` reads it back. Made only
+    where a tc command line is built: everywhere else a rate is a number of bits per second."""
+    return f"{max(1, int(round(float(bps) / 1e3)))}kbit"
+
+
 def parse_delay(text: str) -> float:
     """A tc time (``"0.1ms"``, ``"2ms"``, ``"0ms"``, ``"50us"``) in seconds; ``ValueError`` if unreadable."""
     m = _DELAY_RE.match(str(text).strip())

@@ -38,7 +38,7 @@ from hpcbench.core.config import param
 
 #: A reached busy share within this many points (absolute) of the guide's counts as the guide's regime.
 TOLERANCE = 0.05
-#: What tc shapes here: make reproduce's range (hpcbench.reproduce MIN/MAX_LINK_MBIT). Below 10 Mbit/s
+#: What tc shapes here: make reproduce's range (hpcbench.reproduce MIN/MAX_LINK_BPS). Below 10 Mbit/s
 #: SLURM's own messages and the rendezvous slow down; above 10 Gbit/s tbf on a veth no longer holds the rate.
 MIN_RATE_BPS = 10e6
 MAX_RATE_BPS = 10e9
@@ -491,9 +491,7 @@ def calibrate_on_ranks(steer: Any, measure: Callable[[], float], rates: Sequence
         shape_on_ranks(steer, found.link_rate_bps, lead=lead, device=device)
     else:
         # nothing to steer by: the judged steps run at the cluster's own rate (only rank 0's value is used)
-        from hpcbench.cluster.network import parse_rate
-
-        back = parse_rate(steer.original) if steer.original else 0.0
+        back = float(steer.original) if steer.original else 0.0
         shape_on_ranks(steer, back, lead=lead, device=device)
     say(found.describe())
     return found
@@ -519,9 +517,7 @@ def write_calibration(writer: Any, calibration: Calibration, baseline: str, *, l
     writer.add("regime_calibration", None, "", labels=labels, text=text)
 
 
-def judged_rate_bps(steer: Any, calibration: Calibration, judged_at: str | None) -> float | None:
-    """The link rate the judged steps ran at when the calibration shaped it (a regime fact); else None."""
-    from hpcbench.cluster.network import parse_rate
-
+def judged_rate_bps(steer: Any, calibration: Calibration, judged_at: float | None) -> float | None:
+    """The link rate (bit/s) the judged steps ran at when the calibration shaped it (a regime fact); else None."""
     shaped = steer.can_shape and calibration.fit is not None
-    return parse_rate(judged_at) if shaped and judged_at else None
+    return float(judged_at) if shaped and judged_at else None

@@ -74,11 +74,12 @@ def launch_facts(nodes: int = 1, env: Mapping[str, str] | None = None,
     facts: dict[str, str | float] = {}
     cluster = _emulated_cluster(env)
     if cluster is not None:
-        from hpcbench.core.tc import parse_delay, parse_rate
+        from hpcbench.core.config import parse_bit_rate
+        from hpcbench.core.tc import parse_delay
 
         spec = cluster.get("spec", {})
         facts["cluster"] = EMULATED_CLUSTER
-        facts["link_rate_bps"] = float(parse_rate(str(spec.get("link_rate", "0bit"))))
+        facts["link_rate_bps"] = parse_bit_rate(spec.get("link_rate", 0))  # bit/s (older cluster.json: "1gbit")
         facts["link_delay_s"] = float(parse_delay(str(spec.get("link_delay", "0ms"))))
         facts["cluster_nodes"] = float(len(cluster.get("nodes", [])))
     elif env.get("SLURM_JOB_NUM_NODES"):

@@ -98,12 +98,12 @@ def launch_scale_model(task: Any) -> list[Any]:
             results.append(_launch_phase(task, 0, UNSHAPED))
             return results
         original = cluster.spec.link_rate
-        writer.add("link_rate_original", parse_rate(original), "bit/s", text=original)
+        writer.add("link_rate_original", float(original), "bit/s", text=str(original))
         try:
             for index, rate in enumerate(cfg.link_rates):
                 reshape_from_host(cluster, rate)
                 now = cluster_of()
-                shown = now.spec.link_rate if now is not None else "?"
+                shown = str(now.spec.link_rate) if now is not None else "?"
                 writer.add("link_rate_bps", parse_rate(rate), "bit/s", labels={"phase": index, "link_rate": rate},
                            text=f"every node link reshaped to {rate} on both veth ends (cluster.json: {shown})")
                 results.append(_launch_phase(task, index, rate))
@@ -112,7 +112,7 @@ def launch_scale_model(task: Any) -> list[Any]:
             try:
                 reshape_from_host(cluster, original)
                 now = cluster_of()
-                back = now.spec.link_rate if now is not None else "?"
+                back = now.spec.link_rate if now is not None else None
                 writer.add("link_restored", float(back == original), "bool",
                            text=f"links back at {back} (the cluster's rate before the task: {original})")
             except HpcbenchError as exc:

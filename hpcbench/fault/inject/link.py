@@ -23,7 +23,9 @@ from hpcbench.cluster import network
 from hpcbench.cluster.host_commands import ClusterError
 from hpcbench.cluster.locate import cluster_of, host_netns_of
 from hpcbench.cluster.network import in_netns
+from hpcbench.core.config import BitRate
 from hpcbench.core.snmp import SNMP_PATH, parse_snmp
+from hpcbench.core.tc import format_rate
 from hpcbench.core.tc import parse_qdiscs, qdisc_of_kind
 from hpcbench.fault.inject.base import (FAULT_KINDS, FaultKind, FaultLog, FaultSite, NodeFault, NodeFaultError,
                                         run_tool)
@@ -130,10 +132,13 @@ class DegradedLink(_CountsSegments, NodeFault):
 
     kind = "degraded_link"
 
-    def __init__(self, link: NodeLink, rate: str, *, queue_bytes: int | None = None,
+    def __init__(self, link: NodeLink, rate: float | str, *, queue_bytes: int | None = None,
                  burst_bytes: int | None = None) -> None:
         super().__init__(link.node)
-        network.parse_rate(rate)  # a typo fails here, not half-way through the tc commands
+        try:
+            rate = BitRate(rate)  # a typo fails here, not half-way through the tc commands
+        except ValueError as exc:
+            raise NodeFaultError(f"rate: {exc}") from None
         if queue_bytes is not None and queue_bytes < 1:
             raise NodeFaultError(f"queue_bytes={queue_bytes}: give >= 1 byte, or None for the usual queue")
         self.link, self.rate, self.queue_bytes = link, rate, queue_bytes
@@ -147,7 +152,7 @@ class DegradedLink(_CountsSegments, NodeFault):
     def tbf(self) -> list[str]:
         """The tbf arguments of the degraded link."""
         queue = ["limit", str(self.queue_bytes)] if self.queue_bytes is not None else ["latency", "50ms"]
-        return ["tbf", "rate", self.rate, "burst", str(self.burst_bytes), *queue]
+        return ["tbf", "rate", format_rate(self.rate), "burst", str(self.burst_bytes), *queue]
 
     def _tbf_of(self, ns: str, dev: str, *, stats: bool = False):
         """The tbf tc shows on ``dev`` now (None when there is none)."""
@@ -163,7 +168,7 @@ class DegradedLink(_CountsSegments, NodeFault):
             self.log.actions.append(f"{end} {dev}: tc qdisc root tbf " + " ".join(self.tbf()[1:]))
             shown = self._tbf_of(ns, dev)  # what the kernel took, in tc's words
             # tc rounds what it prints (the kernel keeps bytes/s): 1 % is a rounding, more a different rate
-            if shown is None or abs(shown.rate_bps / network.parse_rate(self.rate) - 1) > 0.01:
+            if shown is None or abs(shown.rate_bps / self.rate - 1) > 0.01:
                 raise NodeFaultError(f"{end} {dev}: tc shows {shown.text if shown else 'no tbf'} after setting "
                                      f"tbf rate {self.rate}")
 

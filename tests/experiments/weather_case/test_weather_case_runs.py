@@ -138,7 +138,7 @@ def test_on_the_cluster_the_link_is_calibrated_to_the_guides_regime_and_put_back
         if solved and 10 <= float(solved.group(1)) <= 10000:
             assert facts["regime.link_rate_bps"] == pytest.approx(float(solved.group(1)) * 1e6, rel=0.01)
     # after the run: cluster.json and both ends of every link at the cluster's own rate again
-    assert load_cluster(cluster.state_dir).spec.link_rate == cluster.spec.link_rate == "1gbit"
+    assert load_cluster(cluster.state_dir).spec.link_rate == cluster.spec.link_rate == 1e9
     for node in cluster.nodes:
         ends = network.read_qdiscs(node.veth_host) + network.read_qdiscs(node.veth_node,
                                                                           netns=network.netns_path(node.netns))
