@@ -1,14 +1,18 @@
 """Publishing reports into a site: report.json, unique slugs, one report published once (unless replaced),
-only the report and nothing private (no logs, lock or publisher paths), the index page, bad input, Chromium.
+only the report and nothing private (no logs, lock or publisher paths), the index page, bad input, the claims
+page across reports and ``hpcbench report --compare``, Chromium.
 
 The reports are real: built by ``build_report`` from run directories made by
 ``test_report.make_run``, with a fake claims module whose verdicts are known per run, so
 the counts the index must show are worked out by hand below. One report uses the real
-claims to check that report.json counts every claim of the ledger exactly once.
+claims to check that report.json counts every claim of the ledger exactly once. The claims page and
+``--compare`` read report.json files written by the same code from real ledger rows whose numbers are
+chosen so that exactly two claims move (:func:`write_ledger_report`).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import re
@@ -18,12 +22,13 @@ import types
 import urllib.parse
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from hpcbench.cli import main
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.report import build_report, ledger
-from hpcbench.report.publish import (DIFFERS, PUBLICATIONS_JSON, REPORT_JSON, load_publications,
+from hpcbench.report.publish import (CLAIMS_HTML, DIFFERS, PUBLICATIONS_JSON, REPORT_JSON, load_publications,
                                      publish_report, report_manifest, report_sha256, site_lock_path,
                                      write_report_manifest)
 from hpcbench.report.report_folder import FILES_SUBDIR
@@ -227,7 +232,7 @@ def test_only_the_report_is_published_and_nothing_private(reports, tmp_path):
     published = sorted(p.relative_to(site / publication.slug).as_posix()
                        for p in (site / publication.slug).rglob("*") if not p.is_dir())
     assert published == [f"{FILES_SUBDIR}/t/trace.json", "index.html", REPORT_JSON]
-    assert sorted(p.name for p in site.iterdir()) == ["alpha-2025-03-01", "index.html", PUBLICATIONS_JSON]
+    assert sorted(p.name for p in site.iterdir()) == ["alpha-2025-03-01", CLAIMS_HTML, "index.html", PUBLICATIONS_JSON]
     assert site_lock_path(site) == tmp_path / ".site.publish.lock" and site_lock_path(site).is_file()
     data = (site / PUBLICATIONS_JSON).read_text()
     assert "private-place" not in data and str(tmp_path) not in data
@@ -394,3 +399,149 @@ def test_index_renders_in_headless_chromium(reports, chromium, tmp_path):
         target = site / href
         assert target.is_file() and target.read_bytes() == (reports[row["slug"] == "pair-2025-03-02"] /
                                                              "index.html").read_bytes()
+
+
+# -- claims across reports -----------------------------------------------------------
+
+#: (verdict, estimate, low, high) per claim: OLD, then NEW. C2's verdict changes (and its estimate leaves OLD's
+#: interval), C3's estimate leaves OLD's interval under the same verdict, C4 stays inside it, C5 is measured in neither.
+OLD = {"C2": ("reproduced", 1.5, 1.42, 1.58), "C3": ("reproduced", 1.45, 1.41, 1.49),
+       "C4": ("inconclusive", 1.3, 1.1, 1.5), "C5": ("not measured yet", None, None, None)}
+NEW = {"C2": ("not reproduced", 1.2, 1.1, 1.3), "C3": ("reproduced", 1.55, 1.50, 1.60),
+       "C4": ("inconclusive", 1.35, 1.15, 1.55), "C5": ("not measured yet", None, None, None)}
+MOVED_CLAIMS = ("C2", "C3")
+
+
+def _launch_records(run_id: str) -> pd.DataFrame:
+    """Two launches of comm_modes on an emulated 2-node cluster, 4 ranks, with their facts."""
+    rows = []
+    for task in ("comm_modes.a.r0", "comm_modes.a.r1"):
+        for node, rank in (("n1", 0), ("n2", 2)):
+            rows.append({"experiment": "comm_modes", "run_id": run_id, "task_id": task, "node": node, "rank": rank,
+                         "world_size": 4, "metric": "step_time", "value": 0.1, "text": None})
+        for metric, value, text in (("fact.cluster", None, "emulated cluster, shaped link"),
+                                    ("fact.link_rate_bps", 1.357e9, None), ("fact.cluster_nodes", 2.0, None)):
+            rows.append({"experiment": "comm_modes", "run_id": run_id, "task_id": task, "node": "n1", "rank": 0,
+                         "world_size": 4, "metric": metric, "value": value, "text": text})
+    return pd.DataFrame(rows)
+
+
+def write_ledger_report(folder: Path, name: str, claims: dict, generated: dt.datetime) -> Path:
+    """A report folder whose report.json is written by the code build_report uses, from real ledger rows."""
+    from hpcbench.judge.evidence import LedgerRow
+    from hpcbench.judge.verdict import Interval, Outcome, Reference
+    from hpcbench.report.report_json import ledger_record, read_report_json
+
+    rows = []
+    for cid, (verdict, estimate, low, high) in claims.items():
+        outcomes = () if estimate is None else (
+            Outcome(verdict, Interval(estimate, low, high, launches=5, steps=10), Reference(1.4, lower=1.4)),)
+        rows.append(LedgerRow(claim_id=cid, section="2.1", wording=f"the guide's {cid}", claimed="1.4x",
+                              measured="see comparisons", predicted="", verdict=verdict, detail="",
+                              experiment="comm_modes" if outcomes else None, outcomes=outcomes,
+                              labels=("hierarchical / ddp",) if outcomes else (), title=f"claim {cid}",
+                              regime_brief="61 % busy, 5/5 in regime" if outcomes else ""))
+    folder.mkdir(parents=True)
+    (folder / "index.html").write_text(f"<!DOCTYPE html><title>{name}</title>")
+    source = types.SimpleNamespace(label=name, run_dir=folder.parent / name, info={"suite": "reproduce"})
+    records = _launch_records(name)
+    write_report_manifest(folder, report_manifest(f"report {name}", [source],
+                                                  {name: {r.claim_id: r.verdict for r in rows}}, generated=generated,
+                                                  ledger=[ledger_record(name, r, records) for r in rows]))
+    read_report_json(folder)  # a real schema instance
+    return folder
+
+
+@pytest.fixture
+def claims_site(tmp_path) -> dict:
+    old = write_ledger_report(tmp_path / "old", "old", OLD, DAY1)
+    new = write_ledger_report(tmp_path / "new", "new", NEW, DAY2)
+    site = tmp_path / "site"
+    first, second = publish_report(old, site, now=DAY1), publish_report(new, site, now=DAY2)
+    return {"site": site, "old": old, "new": new, "slugs": (first.slug, second.slug)}
+
+
+def claims_rows(html: str) -> list[dict]:
+    """The rows of the claims page's table, in page order."""
+    body = re.search(r'<table id="claims-history">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    return [{"claim": claim, "slug": slug, "moved": "moved" in cls.split(),
+             "verdict": re.search(r'<td class="verdict[^"]*">(.*?)</td>', row, re.S).group(1),
+             "estimate": re.search(r'<td class="estimate">(.*?)</td>', row, re.S).group(1),
+             "platform": re.search(r'<td class="platform">(.*?)</td>', row, re.S).group(1),
+             "change": re.search(r'<td class="change">(.*?)</td>', row, re.S).group(1)}
+            for claim, slug, cls, row in re.findall(r'<tr id="(C\d+)-([^"]+)" class="([^"]*)">(.*?)</tr>', body, re.S)]
+
+
+def test_the_claims_page_lists_every_report_newest_first_and_flags_what_moved(claims_site):
+    site = claims_site["site"]
+    old_slug, new_slug = claims_site["slugs"]
+    assert 'href="claims.html"' in (site / "index.html").read_text()
+    html = (site / CLAIMS_HTML).read_text()
+    rows = claims_rows(html)
+    assert [(r["claim"], r["slug"]) for r in rows] == [(c, s) for c in OLD for s in (new_slug, old_slug)]
+    assert [r["claim"] for r in rows if r["moved"]] == list(MOVED_CLAIMS)
+    assert all(r["slug"] == new_slug for r in rows if r["moved"])
+    by = {(r["claim"], r["slug"]): r for r in rows}
+    c2, c3 = by[("C2", new_slug)], by[("C3", new_slug)]
+    assert "⚑ moved" in c2["change"] and "verdict reproduced -&gt; not reproduced" in c2["change"]
+    assert "estimate 1.55x outside the earlier [1.41, 1.49]" in c3["change"] and "verdict" not in c3["change"]
+    assert by[("C4", new_slug)]["change"].strip() == "" and by[("C2", old_slug)]["change"].strip() == ""
+    assert (c2["verdict"], c2["estimate"]) == ("not reproduced", "1.2x [1.1, 1.3] n=5")
+    assert by[("C5", new_slug)]["estimate"] == "–"
+    assert c2["platform"] == ("2 nodes x 4 ranks, emulated cluster, shaped link, link 1.36 Gbit/s, "
+                              "61 % busy, 5/5 in regime")
+    # The small multiples: one panel per claim, the moved estimates ringed and labelled.
+    svg = base64.b64decode(re.search(r'<img src="data:image/svg\+xml;base64,([^"]+)"', html).group(1)).decode()
+    assert all(f"claim {c}" in svg for c in OLD) and svg.count(">moved<") == len(MOVED_CLAIMS)
+    assert "<script" not in html.lower() and str(site) not in html
+
+
+def test_the_claims_page_names_a_publication_it_cannot_read(claims_site, tmp_path):
+    site = claims_site["site"]
+    old_slug, _ = claims_site["slugs"]
+    (site / old_slug / REPORT_JSON).write_text(json.dumps({"schema": 1, "title": "old", "runs": []}))
+    third = write_ledger_report(tmp_path / "third", "third", NEW, DAY2)
+    publish_report(third, site, now=DAY2 + dt.timedelta(hours=1))
+    html = (site / CLAIMS_HTML).read_text()
+    assert f"not shown: {old_slug}/{REPORT_JSON}: schema version 1" in html and str(tmp_path) not in html
+    assert {r["slug"] for r in claims_rows(html)} == {claims_site["slugs"][1], load_publications(site)[-1].slug}
+
+
+def test_compare_prints_exactly_the_claims_that_moved(claims_site, capsys):
+    old, new = claims_site["old"], claims_site["new"]
+    assert main(["report", "--compare", str(old), str(new / REPORT_JSON)]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == list(MOVED_CLAIMS)
+    assert lines[0] == ("C2 claim C2: moved: verdict reproduced -> not reproduced; estimate 1.2x outside the earlier "
+                        "[1.42, 1.58]; 1.5x [1.42, 1.58] n=5 -> 1.2x [1.1, 1.3] n=5")
+    assert lines[1].startswith("C3 claim C3: moved: estimate 1.55x outside the earlier [1.41, 1.49];")
+    assert f"2 claim(s) moved from {old} to {new / REPORT_JSON}" in err
+    # Nothing moved between a report and itself.
+    assert main(["report", "--compare", str(new), str(new)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_compare_names_a_bad_path_in_one_line(claims_site, tmp_path, capsys):
+    new = claims_site["new"]
+    missing = tmp_path / "no-such-report"
+    assert main(["report", "--compare", str(missing), str(new)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(missing) in err[0] and err[0].startswith("hpcbench: error: ")
+    old_version = tmp_path / "old-version.json"
+    old_version.write_text(json.dumps({"schema": 1, "title": "t", "runs": []}))
+    assert main(["report", "--compare", str(new), str(old_version)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{old_version}: schema version 1" in err[0]
+    assert main(["report", "--compare", str(new), str(new), str(new)]) == 2  # a RUN_DIR beside --compare
+    assert "--compare A B takes two reports" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_claims_page_renders_in_headless_chromium(claims_site, chromium, tmp_path):
+    page = render_in_chromium(chromium, claims_site["site"] / CLAIMS_HTML, tmp_path)
+    assert page.pixel_std > 0.02  # not a blank page
+    assert page.js_errors == []
+    rows = claims_rows(page.dom)
+    assert len(rows) == 2 * len(OLD) and [r["claim"] for r in rows if r["moved"]] == list(MOVED_CLAIMS)
+    assert re.search(r'<img src="data:image/svg\+xml;base64,', page.dom)

@@ -9,6 +9,10 @@ Plots are inline base64 PNGs and the CSS is inline, so ``index.html`` is self-co
 files of the run the page links (notebooks, traces) are copied into the folder's ``files/``
 and linked relatively (:class:`hpcbench.report.report_folder.LinkedFiles`), so the folder is.
 The folder is written aside and swapped in whole (:mod:`hpcbench.report.report_folder`).
+
+Everything the report writes (the page, ``report.json``, the copies in ``files/``) goes through one
+:class:`~hpcbench.report.redact.Redactor` last, so that no path or name of the machine reaches a
+published page; the run directories stay as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -29,8 +34,9 @@ from hpcbench.present.kit import (Cell, ExperimentData, Section, Table, file_lin
                                   slug, split_binding_rows)
 from hpcbench.report.aggregate import Aggregate, Source, aggregate, check_sources, load_sources, print_warning
 from hpcbench.report.ledger_page import ledger_section
-from hpcbench.report.publish import report_manifest, write_report_manifest
+from hpcbench.report.redact import Redactor
 from hpcbench.report.report_folder import FILES_SUBDIR, LinkedFiles, dask_slurm_log_dir, replacing_report_folder
+from hpcbench.report.report_json import UnreadableInputs, ledger_record, report_manifest, write_report_manifest
 from hpcbench.report.templates import page_template
 
 if TYPE_CHECKING:
@@ -39,7 +45,8 @@ if TYPE_CHECKING:
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, scheduler: str | None = None,
                  dask_slurm: DaskSlurmConfig | None = None, files_per_partition: int = 25,
                  title: str | None = None, progress: Callable[[str], None] = print,
-                 warn: Callable[[str], None] = print_warning, traces: bool = False) -> Path:
+                 warn: Callable[[str], None] = print_warning, traces: bool = False,
+                 allow_unreadable: bool = True) -> Path:
     """Write ``out_dir/index.html``, the report of ``run_dirs`` side by side.
 
     The report is written into a hidden sibling of ``out_dir`` and swapped in whole at the
@@ -65,6 +72,11 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
             yet); default: printed to stderr.
         traces: copy the ranks' profiler traces into the report too (a few MiB each); by
             default their cells say how to include them. A failed task's notebook is always copied.
+        allow_unreadable: write the report although some inputs could not be read (a corrupt,
+            truncated or foreign records file, an unreadable ``status.json``); they are named through
+            ``warn`` either way, listed on the page and in ``report.json`` (which ``hpcbench publish``
+            then refuses unless told otherwise). False: raise :class:`UnreadableInputs` instead, and
+            leave ``out_dir`` as it was (``hpcbench report`` without ``--allow-unreadable``).
 
     Returns:
         The path of ``index.html``.
@@ -75,6 +87,7 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
             ``out_dir`` is a file or a non-empty folder that is not an earlier report.
             Later: the scheduler cannot be reached, or the SLURM workers do not start
             (naming their jobs and logs).
+        UnreadableInputs: some inputs could not be read and ``allow_unreadable`` is false.
     """
     sources = load_sources(run_dirs, warn=warn)
     check_sources(sources, warn=warn)
@@ -89,30 +102,60 @@ def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *, schedul
         with _dask_client(scheduler, dask_slurm, progress) as client:
             agg = aggregate(sources, client, files_per_partition, raw_experiments=raw_experiments,
                             progress=progress)
+        unreadable = unreadable_inputs(agg)
+        for entry in unreadable:
+            warn(f"unreadable input: {entry['shown']} ({entry['reason']})")
+        if unreadable and not allow_unreadable:
+            raise UnreadableInputs(f"{len(unreadable)} input(s) unreadable (named above), so the report was not "
+                                   f"written and {out} is unchanged; write it anyway, listing them, with "
+                                   "--allow-unreadable")
         # Resolved here so that the page and report.json carry the same title.
         title = title or "hpcbench report: " + ", ".join(agg.labels)
         ledger = evaluate_ledger(agg, claims)
-        files = LinkedFiles(building, {s.label: s.run_dir for s in agg.sources}, traces=traces)
+        redactor = Redactor.for_report([s.run_dir for s in agg.sources])
+        files = LinkedFiles(building, {s.label: s.run_dir for s in agg.sources}, traces=traces,
+                            redact=redactor.file_bytes, local_links=False)
         html = render(agg, claims=claims, title=title, ledger=ledger, files=files)
         if files.copies:
             progress(f"report: copied {len(files.copies)} linked file(s), {files.copied_bytes / (1 << 20):.1f} MiB, "
                      f"into {out / FILES_SUBDIR}")
         _warn_not_copied(files, warn)
         progress(f"report: writing {out / 'index.html'}")
-        (building / "index.html").write_text(html, encoding="utf-8")
-        write_report_manifest(building, report_manifest(title, agg.sources, _verdicts_by_source(agg, ledger),
-                                                        ledger=_ledger_records(agg, ledger)))
+        (building / "index.html").write_text(redactor.html(html), encoding="utf-8")
+        manifest = report_manifest(title, agg.sources, _verdicts_by_source(agg, ledger),
+                                   ledger=_ledger_records(agg, ledger),
+                                   unreadable=[{k: e[k] for k in ("run", "path", "reason")} for e in unreadable])
+        write_report_manifest(building, redactor.data(manifest))
     return out / "index.html"
 
 
+def unreadable_inputs(agg: Aggregate) -> list[dict[str, str]]:
+    """Each unreadable input: its ``run`` (source label), ``path`` relative to that run's directory,
+    ``reason``, and ``shown``: the path for the terminal, relative to the current directory where it lies
+    below it, else to the run directory's parent."""
+    out = []
+    for u in agg.unreadable:
+        absolute = os.path.abspath(u.path)
+        source = next((s for s in agg.sources if Path(absolute).is_relative_to(os.path.abspath(s.run_dir))), None)
+        if source is None:
+            out.append({"run": "", "path": Path(absolute).name, "reason": u.reason, "shown": u.path})
+            continue
+        relative = os.path.relpath(absolute, os.path.abspath(source.run_dir))
+        here = os.path.relpath(absolute)
+        shown = here if not here.startswith("..") else os.path.join(Path(os.path.abspath(source.run_dir)).name,
+                                                                    relative)
+        out.append({"run": source.label, "path": Path(relative).as_posix(), "reason": u.reason, "shown": shown})
+    return out
+
+
 def _warn_not_copied(files: LinkedFiles, warn: Callable[[str], None]) -> None:
-    """One warning for the linked files left out of the report folder: their links break when it moves."""
+    """One warning for the linked files left out of the report folder: the page names them without a link."""
     if not files.not_copied:
         return
     first, reason = next(iter(files.not_copied.items()))
     more = f" and {len(files.not_copied) - 1} more" if len(files.not_copied) > 1 else ""
-    warn(f"{len(files.not_copied)} linked file(s) not copied into the report, their links work only on this "
-         f"machine: {first} ({reason}){more}")
+    warn(f"{len(files.not_copied)} linked file(s) not copied into the report, the page names them without a "
+         f"link: {first} ({reason}){more}")
 
 
 def evaluate_ledger(agg: Aggregate, claims: _Claims) -> dict[str, list | Exception]:
@@ -136,16 +179,9 @@ def _verdicts_by_source(agg: Aggregate, ledger: dict[str, list | Exception]) -> 
 
 
 def _ledger_records(agg: Aggregate, ledger: dict[str, list | Exception]) -> list[dict[str, Any]]:
-    """The ledger as data for report.json: each evaluated source's rows, labelled with the source.
-
-    Rows without :meth:`~hpcbench.judge.evidence.LedgerRow.as_record` (another ledger module's) give
-    their claim id and verdict only.
-    """
-    def record(row: Any) -> dict[str, Any]:
-        as_record = getattr(row, "as_record", None)
-        return as_record() if callable(as_record) else {"claim": str(row.claim_id), "verdict": str(row.verdict)}
-
-    return [{"run": label, **record(row)} for label in agg.labels
+    """The ledger as data for report.json: each evaluated source's rows, labelled with the source, with
+    their deciding comparison and their launches' platform (:func:`~hpcbench.report.report_json.ledger_record`)."""
+    return [ledger_record(label, row, agg.records_by_source.get(label)) for label in agg.labels
             if isinstance(rows := ledger.get(label), list) for row in rows]
 
 
@@ -246,9 +282,11 @@ def unreadable_section(agg: Aggregate) -> Section:
     if not agg.unreadable:
         section.notes.append(Cell("every input was readable", "ok"))
         return section
-    rows = [[Cell(u.path), Cell(u.reason, "error")] for u in agg.unreadable]
-    section.tables.append(Table(columns=["path", "reason"], rows=rows, id="unreadable-inputs",
-                                row_classes=["fail"] * len(rows)))
+    rows = [[Cell(u["run"] or "–"), Cell(u["path"]), Cell(u["reason"], "error")] for u in unreadable_inputs(agg)]
+    section.notes.append(Cell(f"{len(rows)} input(s) could not be read: what they held is missing from the tables "
+                              "and the ledger below", "fail"))
+    section.tables.append(Table(columns=["source", "path (in its run directory)", "reason"], rows=rows,
+                                id="unreadable-inputs", row_classes=["fail"] * len(rows)))
     return section
 
 

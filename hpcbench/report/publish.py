@@ -1,20 +1,25 @@
 """Publish report folders into one static site, with an index page of every publication.
 
     hpcbench report results/run-a --out reports/run-a   # index.html + report.json
-    hpcbench publish reports/run-a --to site/            # site/run-a-2025-01-02/ + site/index.html
+    hpcbench publish reports/run-a --to site/            # site/run-a-<date>/ + site/index.html
 
 A report folder carries ``report.json`` next to its ``index.html`` (written by
-:func:`hpcbench.report.html.build_report` through :func:`report_manifest`): the title, when
-it was generated, its runs (suite and host from each ``run.json``) and its verdict counts.
-This module owns that file's shape on both sides, so writer and reader cannot drift apart.
+:func:`hpcbench.report.html.build_report`; its shape, on both sides, is
+:mod:`hpcbench.report.report_json`'s, documented in ``hpcbench/report/SCHEMA.md``): the title,
+when it was generated, its runs (suite and host from each ``run.json``), its verdict counts, the
+ledger as data and the inputs that could not be read. A report with unreadable inputs is refused
+(:class:`~hpcbench.report.report_json.UnreadableInputs`) unless ``allow_unreadable``: its ledger
+may lack what those files held.
 
 Publishing copies the report (exactly its :data:`~hpcbench.report.report_folder.REPORT_CONTENT`:
 ``index.html``, ``report.json`` and ``files/``; no logs, notes or hidden files that lie beside
 them) to ``SITE_DIR/<folder name>-<date>[-k]/``, never over an earlier publication (a link once
 shared keeps showing what it showed), appends one entry to ``SITE_DIR/publications.json`` and
 regenerates ``SITE_DIR/index.html`` from that data alone: the page is never parsed, so a changed
-page layout cannot lose an earlier entry. Files are replaced atomically (temporary file +
-rename) so a reader of the site never sees half a file.
+page layout cannot lose an earlier entry. ``SITE_DIR/claims.html`` (linked from the index) is
+rebuilt too, from the ``report.json`` of every publication: each claim's estimate, interval and
+verdict in every report, newest first, flagged where it moved (:mod:`hpcbench.report.claim_history`).
+Files are replaced atomically (temporary file + rename) so a reader of the site never sees half a file.
 
 Everything in ``SITE_DIR`` is served, so nothing private goes there: ``publications.json``
 names each publication by its path relative to the site and its report folder by name only
@@ -41,77 +46,23 @@ from typing import Any, Iterator, Mapping, Sequence
 from hpcbench.core.atomic import atomic_write
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.present.kit import slug as text_slug
+from hpcbench.report.claim_history import claim_history, render_claims_page
 from hpcbench.report.report_folder import INDEX_HTML, REPORT_JSON, report_files, swap_in
+from hpcbench.report.report_json import (DIFFERS, UnreadableInputs, check_report_json, read_json_object,
+                                         report_manifest, utc_stamp, write_report_manifest)
 from hpcbench.report.templates import page_template
 
 PUBLICATIONS_JSON = "publications.json"
+#: The page of every claim across the published reports, beside the index.
+CLAIMS_HTML = "claims.html"
 #: Left in site folders by earlier versions, which locked inside the (served) site.
 OLD_LOCK_NAME = ".publish.lock"
-#: Bumped when a field changes meaning; readers reject what they do not know.
-SCHEMA = 1
+#: The version of publications.json: bumped when a field changes meaning; readers reject what they do not know.
+PUBLICATIONS_SCHEMA = 1
 #: The verdicts the index shows as columns, in this order (hpcbench.judge.evidence.VERDICTS minus
 #: "context", which is a setting rather than a testable claim).
 INDEX_VERDICTS = ("reproduced", "not reproduced", "implausible as stated", "not testable here", "inconclusive",
                   "not measured yet")
-#: Counted when the runs of one report disagree on a claim: one verdict would hide the others.
-DIFFERS = "differs between runs"
-
-
-# -- report.json: what a report says about itself ---------------------------------
-
-def _utc_stamp(when: dt.datetime | None = None) -> str:
-    when = (when or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _count(verdicts: Sequence[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for v in verdicts:
-        counts[v] = counts.get(v, 0) + 1
-    return counts
-
-
-def report_manifest(title: str, sources: Sequence[Any],
-                    verdicts_by_source: Mapping[str, Mapping[str, str] | None],
-                    generated: dt.datetime | None = None,
-                    ledger: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The content of ``report.json``: the report's metadata as data.
-
-    Args:
-        title: the page title.
-        sources: the report's :class:`hpcbench.report.aggregate.Source` objects (``label``,
-            ``run_dir`` and ``info``, the run's ``run.json``).
-        verdicts_by_source: per source label, the verdict of each claim id; None where the
-            claims could not be evaluated for that source.
-        generated: when the report was generated (default: now).
-        ledger: the claims ledger as data, one row per claim and run
-            (:meth:`hpcbench.judge.evidence.LedgerRow.as_record` with its run's ``label``).
-
-    Returns:
-        A JSON-ready dict. ``verdicts`` counts each claim once: under its verdict when every
-        evaluated run agrees, under :data:`DIFFERS` otherwise, so the counts add up to the
-        number of claims in the ledger. Each run also carries its own counts.
-    """
-    runs = []
-    per_claim: dict[str, set[str]] = {}
-    for source in sources:
-        info = source.info or {}
-        verdicts = verdicts_by_source.get(source.label)
-        runs.append({
-            "label": source.label,
-            # The folder's name only: an absolute path of the machine that built the report
-            # would be published with it and means nothing to the site's readers.
-            "run_dir": Path(source.run_dir).name,
-            **{key: (None if info.get(key) is None else str(info.get(key)))
-               for key in ("run_id", "suite", "host", "created", "backend")},
-            "verdicts": None if verdicts is None else _count(list(verdicts.values())),
-        })
-        for claim_id, verdict in (verdicts or {}).items():
-            per_claim.setdefault(str(claim_id), set()).add(str(verdict))
-    combined = [next(iter(v)) if len(v) == 1 else DIFFERS for v in per_claim.values()]
-    return {"schema": SCHEMA, "title": title, "generated": _utc_stamp(generated), "runs": runs,
-            "claims": len(per_claim), "verdicts": _count(combined), "ledger": list(ledger)}
-
 
 def _write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` in one rename, so a reader never sees half a file.
@@ -123,31 +74,20 @@ def _write_atomic(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def write_report_manifest(out_dir: str | Path, manifest: Mapping[str, Any]) -> Path:
-    """Write ``out_dir/report.json`` atomically; returns its path."""
-    path = Path(out_dir) / REPORT_JSON
-    _write_atomic(path, json.dumps(manifest, indent=2) + "\n")
-    return path
-
-
-def _read_json_object(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HpcbenchError(f"{path}: {what} is not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise HpcbenchError(f"{path}: {what} is not a JSON object")
-    if data.get("schema") != SCHEMA:
-        raise HpcbenchError(f"{path}: {what} has schema {data.get('schema')!r}, this hpcbench reads {SCHEMA}")
+def _read_publications_json(path: Path) -> dict[str, Any]:
+    data = read_json_object(path, PUBLICATIONS_JSON)
+    if data.get("schema") != PUBLICATIONS_SCHEMA:
+        raise HpcbenchError(f"{path}: {PUBLICATIONS_JSON} has schema {data.get('schema')!r}, this hpcbench reads "
+                            f"{PUBLICATIONS_SCHEMA}")
     return data
 
 
 def read_report_manifest(report_dir: str | Path) -> dict[str, Any]:
-    """The ``report.json`` of a report folder, checked.
+    """The ``report.json`` of a report folder, checked (:func:`~hpcbench.report.report_json.check_report_json`).
 
     Raises:
         HpcbenchError: naming the folder when it is not a report folder (no ``index.html``),
-            or naming ``report.json`` when it is missing or malformed.
+            or naming ``report.json`` when it is missing, malformed or of another schema version.
     """
     folder = Path(report_dir)
     if not folder.is_dir():
@@ -159,14 +99,22 @@ def read_report_manifest(report_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise HpcbenchError(f"{path}: missing; this report predates report.json, rebuild it with "
                             "`hpcbench report`")
-    data = _read_json_object(path, REPORT_JSON)
-    if not isinstance(data.get("title"), str) or not isinstance(data.get("runs"), list):
-        raise HpcbenchError(f"{path}: needs a string 'title' and a list 'runs'")
-    if not all(isinstance(r, dict) for r in data["runs"]):
-        raise HpcbenchError(f"{path}: every entry of 'runs' must be an object")
-    if not isinstance(data.get("verdicts", {}), dict):
-        raise HpcbenchError(f"{path}: 'verdicts' must be an object of counts")
-    return data
+    return check_report_json(read_json_object(path, REPORT_JSON), path)
+
+
+def check_readable_inputs(report: Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse a report some of whose inputs could not be read.
+
+    Raises:
+        UnreadableInputs: naming the report and its unreadable inputs, in one line.
+    """
+    bad = manifest.get("unreadable") or []
+    if bad:
+        names = ", ".join(f"{u.get('run')}: {u['path']}" if u.get("run") else u["path"] for u in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise UnreadableInputs(f"{report}: {len(bad)} input(s) of this report were unreadable ({names}{more}), so "
+                               "its ledger may lack what they held; nothing was published. Publish it anyway with "
+                               "--allow-unreadable")
 
 
 # -- publications.json: the site's index as data ----------------------------------
@@ -193,6 +141,8 @@ class Publication:
     """The name of the report folder it was copied from (a name, never the publisher's path)."""
     content_sha256: str = ""
     """The report's content hash (:func:`report_sha256`): the same report is published once."""
+    unreadable: int = 0
+    """How many of the report's inputs could not be read (published with ``--allow-unreadable``)."""
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any], *, slug: str, published: str,
@@ -206,7 +156,7 @@ class Publication:
                    generated=manifest.get("generated"), suites=distinct("suite"), hosts=distinct("host"),
                    verdicts={str(k): int(v) for k, v in (manifest.get("verdicts") or {}).items()},
                    claims=manifest.get("claims"), path=f"{slug}/{INDEX_HTML}", report_name=report_name,
-                   content_sha256=content_sha256)
+                   content_sha256=content_sha256, unreadable=len(manifest.get("unreadable") or []))
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Publication:
@@ -228,7 +178,7 @@ def load_publications(site_dir: str | Path) -> list[Publication]:
     path = Path(site_dir) / PUBLICATIONS_JSON
     if not path.exists():
         return []
-    data = _read_json_object(path, PUBLICATIONS_JSON)
+    data = _read_publications_json(path)
     entries = data.get("publications")
     if not isinstance(entries, list):
         raise HpcbenchError(f"{path}: needs a list 'publications'")
@@ -267,14 +217,34 @@ def render_index(publications: Sequence[Publication], *, title: str = "hpcbench 
         rows.append({"slug": p.slug, "published": _readable(p.published), "title": p.title,
                      "generated": _readable(p.generated) if p.generated else None,
                      "suites": p.suites, "hosts": p.hosts,
-                     "counts": counts, "differ": p.verdicts.get(DIFFERS, 0)})
+                     "counts": counts, "differ": p.verdicts.get(DIFFERS, 0), "unreadable": p.unreadable})
     return page_template("publish_index.html").render(
         title=title, rows=rows, verdicts=INDEX_VERDICTS, differs=DIFFERS, data_file=PUBLICATIONS_JSON,
-        generated=_readable(_utc_stamp(generated)))
+        claims_page=CLAIMS_HTML, generated=_readable(utc_stamp(generated)))
+
+
+def render_claims(site_dir: str | Path, publications: Sequence[Publication], *,
+                  generated: dt.datetime | None = None) -> str:
+    """The site's ``claims.html``: every claim across the published reports, from each one's ``report.json``.
+
+    A publication whose ``report.json`` cannot be read (another schema version: published by an
+    older hpcbench) is left out and named on the page with why, instead of stopping every later publication.
+    """
+    site = Path(site_dir)
+    readable, skipped = [], []
+    for p in newest_first(publications):
+        path = site / p.slug / REPORT_JSON
+        try:
+            readable.append((p, check_report_json(read_json_object(path, REPORT_JSON), path)))
+        except HpcbenchError as exc:
+            # Named by its place in the site: the page is served, the publisher's path is private.
+            skipped.append(f"{p.slug}/{REPORT_JSON}: {str(exc).removeprefix(f'{path}: ')}")
+    return render_claims_page(claim_history(readable, skipped), generated=_readable(utc_stamp(generated)),
+                              index=INDEX_HTML)
 
 
 def _readable(stamp: str) -> str:
-    """``2025-03-01T10:00:00Z`` as ``2025-03-01 10:00:00 UTC``: the page is for people."""
+    """``YYYY-MM-DDTHH:MM:SSZ`` as ``YYYY-MM-DD HH:MM:SS UTC``: the page is for people."""
     return str(stamp).replace("T", " ").replace("Z", " UTC")
 
 
@@ -352,7 +322,7 @@ def _published_hash(site: Path, publication: Publication) -> str:
 
 
 def publish_report(report_dir: str | Path, site_dir: str | Path, *, now: dt.datetime | None = None,
-                   replace_existing: bool = False) -> Publication:
+                   replace_existing: bool = False, allow_unreadable: bool = False) -> Publication:
     """Copy the report in ``report_dir`` into ``site_dir`` under a new slug and regenerate the site index.
 
     Args:
@@ -361,6 +331,8 @@ def publish_report(report_dir: str | Path, site_dir: str | Path, *, now: dt.date
         now: the publication time (default: now), in the slug's date and the index.
         replace_existing: when this very report (same content hash) is published already, copy it
             again into that publication's folder and date it ``now``, instead of refusing.
+        allow_unreadable: publish a report some of whose inputs were unreadable (its report.json
+            lists them), instead of refusing.
 
     Returns:
         The new (or replaced) :class:`Publication`; its folder is ``site_dir/<slug>``.
@@ -370,16 +342,20 @@ def publish_report(report_dir: str | Path, site_dir: str | Path, *, now: dt.date
             ``report.json`` or the site's ``publications.json`` is malformed, ``site_dir``
             is not a folder or lies inside ``report_dir``, or the same report is published
             already (naming it) and ``replace_existing`` is false. Nothing is written then.
+        UnreadableInputs: naming the report when some of its inputs were unreadable and
+            ``allow_unreadable`` is false. Nothing is written then.
     """
     report, site = Path(report_dir), Path(site_dir)
     manifest = read_report_manifest(report)
+    if not allow_unreadable:
+        check_readable_inputs(report, manifest)
     if site.exists() and not site.is_dir():
         raise HpcbenchError(f"{site}: the site must be a folder, this is a file")
     if site.resolve().is_relative_to(report.resolve()):
         raise HpcbenchError(f"{site}: the site lies inside the report folder {report}; "
                             "copying the report would copy the site into itself")
     load_publications(site)  # a malformed index stops us before anything is copied
-    published = _utc_stamp(now)
+    published = utc_stamp(now)
     content = report_sha256(report)
     site.mkdir(parents=True, exist_ok=True)
     with _site_lock(site):
@@ -408,13 +384,14 @@ def publish_report(report_dir: str | Path, site_dir: str | Path, *, now: dt.date
             publications.append(publication)
         # Data first, page second: a failure in between leaves data the next publish renders.
         _write_atomic(site / PUBLICATIONS_JSON, json.dumps(
-            {"schema": SCHEMA, "publications": [asdict(p) for p in publications]}, indent=2) + "\n")
+            {"schema": PUBLICATIONS_SCHEMA, "publications": [asdict(p) for p in publications]}, indent=2) + "\n")
         _write_atomic(site / INDEX_HTML, render_index(publications, generated=now))
+        _write_atomic(site / CLAIMS_HTML, render_claims(site, publications, generated=now))
         (site / OLD_LOCK_NAME).unlink(missing_ok=True)
     return publication
 
 
-__all__ = ["DIFFERS", "INDEX_VERDICTS", "PUBLICATIONS_JSON", "REPORT_JSON", "Publication",
-           "load_publications", "newest_first", "publish_report", "read_report_manifest",
-           "render_index", "report_manifest", "report_sha256", "site_lock_path", "unique_slug",
+__all__ = ["CLAIMS_HTML", "DIFFERS", "INDEX_VERDICTS", "PUBLICATIONS_JSON", "REPORT_JSON", "Publication",
+           "check_readable_inputs", "load_publications", "newest_first", "publish_report", "read_report_manifest",
+           "render_claims", "render_index", "report_manifest", "report_sha256", "site_lock_path", "unique_slug",
            "write_report_manifest"]

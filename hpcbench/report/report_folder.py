@@ -64,6 +64,8 @@ MAX_LINKED_FILE_BYTES = 50 << 20
 MAX_LINKED_FILES_TOTAL_BYTES = 500 << 20
 #: What a kept absolute link adds to its reason.
 ONLY_HERE = "the link works only on the machine that ran it"
+#: What a file left out of a published report says instead of a link (which would name the machine).
+NOT_IN_REPORT = "not in the report, it stays with the run"
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 #: Names stay well below the 255 bytes file systems allow.
 _MAX_NAME = 120
@@ -227,11 +229,11 @@ class LinkedFiles:
     (:attr:`~hpcbench.present.kit.LinkedFile.optional`) are left out, saying so, unless ``traces``.
 
     A file is not copied, and its cell keeps the absolute ``file:`` link with the reason and
-    :data:`ONLY_HERE`, when it is larger than ``max_file_bytes``, would take the copies past
-    ``max_total_bytes``, lies outside every run directory of the report (a path in a record
-    must not pull, say, a private key into a published page), cannot be read, or there is no
-    report folder (``report_dir`` None: a page rendered on its own). A file that does not
-    exist says "missing", without a link.
+    :data:`ONLY_HERE` (without ``local_links``: no link, the reason and :data:`NOT_IN_REPORT`), when
+    it is larger than ``max_file_bytes``, would take the copies past ``max_total_bytes``, lies
+    outside every run directory of the report (a path in a record must not pull, say, a private key
+    into a published page), cannot be read, or there is no report folder (``report_dir`` None: a
+    page rendered on its own). A file that does not exist says "missing", without a link.
 
     Args:
         report_dir: the folder ``index.html`` is written to (the hidden one being built), or None.
@@ -240,16 +242,24 @@ class LinkedFiles:
         traces: copy the profiler traces too.
         max_file_bytes: the cap per file (default :data:`MAX_LINKED_FILE_BYTES`).
         max_total_bytes: the cap on all copies together (default :data:`MAX_LINKED_FILES_TOTAL_BYTES`).
+        redact: what a copy holds, from the file's bytes and name (a report passes
+            :meth:`hpcbench.report.redact.Redactor.file_bytes`, so that no copy names the machine);
+            default: the bytes as they are.
+        local_links: a file left out keeps its absolute ``file:`` link; a report that is published
+            passes False, since such a link names the machine and works only there.
     """
 
     def __init__(self, report_dir: Path | None, roots: Mapping[str, Path] | Sequence[Path], *,
                  traces: bool = False, max_file_bytes: int | None = None,
-                 max_total_bytes: int | None = None) -> None:
+                 max_total_bytes: int | None = None, redact: Callable[[bytes, str], bytes] | None = None,
+                 local_links: bool = True) -> None:
         self.report_dir = report_dir
         self.sources = ({str(label): Path(run_dir) for label, run_dir in roots.items()}
                         if isinstance(roots, Mapping) else {})
         self.roots = [Path(r).resolve() for r in (roots.values() if isinstance(roots, Mapping) else roots)]
         self.traces = traces
+        self.redact = redact
+        self.local_links = local_links
         # Read at construction, not at definition: a test (or a site) may lower the constants.
         self.max_file_bytes = MAX_LINKED_FILE_BYTES if max_file_bytes is None else max_file_bytes
         self.max_total_bytes = MAX_LINKED_FILES_TOTAL_BYTES if max_total_bytes is None else max_total_bytes
@@ -293,6 +303,8 @@ class LinkedFiles:
                 self.not_copied[real] = reason
         if real in self.copies:
             return Cell(cell.text, cell.cls, href=self.copies[real])
+        if not self.local_links:
+            return self._with_reason(cell, f"{self.not_copied[real]}; {NOT_IN_REPORT}", href=None)
         return self._with_reason(cell, self.not_copied[real], href=real.as_uri())
 
     def locate(self, file: LinkedFile) -> Path:
@@ -331,8 +343,13 @@ class LinkedFiles:
                     "cap on the report's linked files")
         relative = self._free_name(real.name, folder)
         try:
-            with open(real, "rb") as src, atomic_write(self.report_dir / relative, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+            if self.redact is None:
+                with open(real, "rb") as src, atomic_write(self.report_dir / relative, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            else:  # at most max_file_bytes, read whole
+                content = self.redact(real.read_bytes(), real.name)
+                with atomic_write(self.report_dir / relative, "wb") as dst:
+                    dst.write(content)
         except OSError as exc:
             return f"not copied: {exc.strerror or exc}"
         self.copied_bytes += size
@@ -371,7 +388,8 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-__all__ = ["FILES_SUBDIR", "INDEX_HTML", "MAX_LINKED_FILES_TOTAL_BYTES", "MAX_LINKED_FILE_BYTES", "REPORT_CONTENT",
+__all__ = ["FILES_SUBDIR", "INDEX_HTML", "MAX_LINKED_FILES_TOTAL_BYTES", "MAX_LINKED_FILE_BYTES", "NOT_IN_REPORT",
+           "ONLY_HERE", "REPORT_CONTENT",
            "REPORT_JSON", "LinkedFiles", "check_report_folder", "dask_slurm_log_dir",
            "describe_report", "is_report_folder", "replacing_report_folder", "report_files", "report_size",
            "safe_file_name", "swap_in"]
