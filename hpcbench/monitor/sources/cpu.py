@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from hpcbench.monitor.sources import Sample, Source
+from hpcbench.monitor.sources.base import Sample, Source
 
 _FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 

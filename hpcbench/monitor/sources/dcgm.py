@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 from typing import Callable, Iterable, Sequence
 
-from hpcbench.monitor.sources import Sample, Source, run_command
+from hpcbench.monitor.sources.base import Sample, Source, run_command
 
 #: DCGM field id -> (dmon column, our metric). All are fractions 0..1.
 FIELDS: dict[int, tuple[str, str]] = {

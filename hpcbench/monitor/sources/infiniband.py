@@ -42,7 +42,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from hpcbench.monitor.sources import Sample, Source
+from hpcbench.monitor.sources.base import Sample, Source
 
 REQUESTER_RETRANSMISSION_COUNTERS = ("local_ack_timeout_err", "packet_seq_err", "implied_nak_seq_err",
                                      "rnr_nak_retry_err")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from hpcbench.monitor.sources import Sample, Source
+from hpcbench.monitor.sources.base import Sample, Source
 
 #: GPM metric id (pynvml name) -> our metric; NVML reports both in percent.
 _GPM_METRICS = (("NVML_GPM_METRIC_SM_UTIL", "sm_activity"), ("NVML_GPM_METRIC_SM_OCCUPANCY", "sm_occupancy"))

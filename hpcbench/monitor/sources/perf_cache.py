@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from hpcbench.monitor.sources import Sample, Source, run_command
+from hpcbench.monitor.sources.base import Sample, Source, run_command
 
 EVENTS = ("cache-references", "cache-misses")
 PERF_PACKAGE_HINT = "Debian/Ubuntu package linux-perf (or linux-tools-$(uname -r))"

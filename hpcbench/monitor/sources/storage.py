@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from hpcbench.core.metrics import percentile
-from hpcbench.monitor.sources import Sample, Source
+from hpcbench.monitor.sources.base import Sample, Source
 
 _RECORD = struct.Struct("<d")
 _PARTITION = re.compile(r"p?\d+$")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from hpcbench.core.snmp import read_snmp, tcp_segments
-from hpcbench.monitor.sources import Sample, Source
+from hpcbench.monitor.sources.base import Sample, Source
 
 
 class TcpSource(Source):
