@@ -162,7 +162,7 @@ def test_the_experiment_table_is_what_the_registry_renders():
     page = catalogue.PAGE.read_text(encoding="utf-8")
     assert catalogue.current(page) == catalogue.render(), (
         "the experiment table of notebooks/README.md differs from the registry: run "
-        "`.venv/bin/python -m hpcbench.experiments.catalogue --write`")
+        "`.venv/bin/hpcbench docs --write`")
 
 
 def test_no_markdown_page_links_outside_the_repository():
@@ -179,3 +179,98 @@ def test_no_markdown_page_links_outside_the_repository():
         if sibling in text:
             offenders.append(f"{page.relative_to(ROOT)}: names {sibling}")
     assert not offenders, f"markdown pages point outside the repository: {offenders}"
+
+
+# The shape a newcomer meets. README: what it is, then what to do; every README section one screen;
+# no page outside reports/ (nor any code comment) carries a day's measurements: those go to the
+# dated pages under reports/, which README links.
+README_SECTIONS = ("# hpcbench", "## Quick start", "## What the report shows", "## Where to go next", "## Test")
+MAX_INTRO_LINES = 8
+MAX_TEST_LINES = 12
+MAX_SECTION_LINES = 40
+MAX_PARAGRAPH_WORDS = 150
+MAX_INDEX_CELL_WORDS = 30
+#: A date (not a timestamp's date part, which examples of log lines and formats carry).
+_DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b(?!T)")
+
+
+def _sections(page: Path) -> list[tuple[str, list[str]]]:
+    """(heading, its lines up to the next heading of any level <= 3), outside code fences."""
+    sections: list[tuple[str, list[str]]] = []
+    fence = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        if not fence and re.match(r"#{1,3} ", line):
+            sections.append((line, []))
+        elif sections:
+            sections[-1][1].append(line)
+    return sections
+
+
+def _body(lines: list[str]) -> list[str]:
+    """A section's lines without the blank ones at its ends."""
+    text = "\n".join(lines).strip("\n")
+    return text.splitlines() if text else []
+
+
+def _readmes() -> list[Path]:
+    return [ROOT / name for name in _repo_files()
+            if name.endswith("README.md") and not name.startswith("tests/") and (ROOT / name).is_file()]
+
+
+def test_readme_starts_with_what_it_is_then_what_to_do():
+    sections = _sections(README)
+    assert tuple(h for h, _ in sections) == README_SECTIONS, (
+        f"README.md's sections are {[h for h, _ in sections]}, expected {list(README_SECTIONS)} in that order")
+    body = dict((h, _body(lines)) for h, lines in sections)
+    assert len(body["# hpcbench"]) <= MAX_INTRO_LINES, (
+        f"README.md's introduction has {len(body['# hpcbench'])} lines (at most {MAX_INTRO_LINES})")
+    assert len(body["## Test"]) <= MAX_TEST_LINES, (
+        f"README.md's '## Test' has {len(body['## Test'])} lines (at most {MAX_TEST_LINES})")
+
+
+@pytest.mark.parametrize("page", _readmes(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_readme_section_fits_one_screen(page):
+    long = [f"{h!r}: {len(_body(lines))} lines" for h, lines in _sections(page)
+            if len(_body(lines)) > MAX_SECTION_LINES]
+    assert not long, (f"{page.relative_to(ROOT)}: sections over {MAX_SECTION_LINES} lines: {long}; "
+                      "split them, or move reference material to its own page")
+    text = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    paragraphs = [p for p in re.split(r"\n\s*\n", text) if not p.lstrip().startswith("|")]
+    wordy = [f"{p.split()[:6]}...: {len(p.split())} words" for p in paragraphs if len(p.split()) > MAX_PARAGRAPH_WORDS]
+    assert not wordy, f"{page.relative_to(ROOT)}: paragraphs over {MAX_PARAGRAPH_WORDS} words: {wordy}"
+
+
+def test_the_reports_index_cells_are_short():
+    rows = [line for line in (ROOT / "reports/README.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("|")]
+    long = [cell.strip()[:40] for row in rows for cell in row.strip("|").split("|")
+            if len(cell.split()) > MAX_INDEX_CELL_WORDS]
+    assert not long, f"reports/README.md: index cells over {MAX_INDEX_CELL_WORDS} words: {long}"
+
+
+def test_no_page_or_code_outside_reports_carries_a_date():
+    """A date beside a figure is history: it belongs on that date's page under reports/."""
+    kinds = (".md", ".py", ".yaml", ".sh", ".ipynb", ".template", ".sbatch", ".toml", ".cfg")
+    dated = []
+    for name in _repo_files():
+        if name.startswith(("reports/", "tests/")) or not (name.endswith(kinds) or name == "Makefile"):
+            continue
+        path = ROOT / name
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="ignore").splitlines(), 1):
+            if _DATE.search(line):
+                dated.append(f"{name}:{number}")
+    assert not dated, f"dates outside reports/ (move the measurement to reports/<date>.md): {dated}"
+
+
+def test_the_shape_rules_catch_what_they_should(tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text("# t\n\nintro\n\n## Long\n" + "line\n" * (MAX_SECTION_LINES + 1) + "```\n## not a heading\n```\n",
+                    encoding="utf-8")
+    sections = _sections(page)
+    assert [h for h, _ in sections] == ["# t", "## Long"]
+    assert len(_body(sections[1][1])) == MAX_SECTION_LINES + 1 + 3
+    assert _DATE.search("measured on 2026-12-03: 5 s") and not _DATE.search("start=2026-11-29T10:15:00Z")

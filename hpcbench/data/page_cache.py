@@ -112,7 +112,7 @@ def aligned_buffer(nbytes: int) -> mmap.mmap:
     Page-aligned, as GNU ``cat`` and ``dd`` align their read buffers: the kernel's copy out of the page cache
     is fastest when source and destination lie alike within a cache line, and a file's offset ``x`` lies at
     ``x`` modulo the page. Private, as ``mmap``'s default (shared) memory is shmem, which this kind of VM keeps
-    in 4 KiB pages (the image reader's batches took 40 % more CPU time in it); huge pages asked for as numpy
+    in 4 KiB pages (a reader's batches cost more CPU time in it); huge pages asked for as numpy
     asks for them for its large arrays (transparent huge pages are often "madvise" only).
     """
     memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

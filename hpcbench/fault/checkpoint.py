@@ -237,10 +237,8 @@ def write_compressed(data: memoryview, level: int, fh: Any, threads: int = 0) ->
     compressed slice hashed and written by a second thread while the next one is compressed.
 
     Why two threads: zstd and the file write (a copy into the page cache, in the kernel) both release the GIL,
-    so on two cores they overlap. GPT-2 124M's 1.5 GB light state on the reference VM, the two ways alternated
-    in one process: compress into memory, hash, then write 5.8 s against 4.0 s streamed while the write took
-    ~4.6 s; 5.0-7.6 s against 5.9-7.8 s (no gain) later, when the write took 1.3-2.5 s (the first save of each
-    way left out: it faults its memory in). What it saves is the part of the write that compression can hide.
+    so on two cores they overlap. What it saves is the part of the write that compression can hide: a gain
+    only while the disk is slower than the compression (compare the two ways alternated in one process).
 
     Returns:
         (bytes written, their sha256, seconds spent compressing). The frame records the content size,

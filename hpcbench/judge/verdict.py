@@ -67,10 +67,9 @@ import numpy as np
 #: Launches and steps per launch below which no verdict is given. The interval is a Student-t over
 #: the launches' medians, so the steps only set how noisy each launch's median is, and the interval
 #: carries that noise: ``tests/test_verdict.py`` measures its coverage at 5 and at 10 steps per
-#: launch (0.93-0.97 in every noise setting, outliers and heavy tails included). 5 steps since
-#: 2026-12-03 (10 before): the records of that evening's whole reproduce run judged again on each
-#: launch's last 5 timed steps gave every verdict unchanged, its intervals 0.8-1.9x as wide (median 1.6x), and the
-#: suite needs the time (``make reproduce`` <= 90 min on 2 cores).
+#: launch (0.93-0.97 in every noise setting, outliers and heavy tails included). 5 steps, not 10:
+#: a whole reproduce run's records judged again on each launch's last 5 timed steps gave every verdict
+#: unchanged, with wider intervals, and the suite needs the time.
 MIN_LAUNCHES = 5
 MIN_STEPS = 5
 CONFIDENCE = 0.95

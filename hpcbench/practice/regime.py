@@ -4,10 +4,10 @@ The gate's first check fails a run whose step-time standard deviation reaches 5 
 That can tell a fault from a healthy run only where a healthy run's own spread is small beside
 5 %: the guide's platform, tuned GPU jobs on nodes of their own, whose step time varies by a
 percent or two. The dimensionless quantity that decides the claim is therefore the healthy
-spread over the gate's limit. On two emulated nodes sharing two CPU cores it is near 2 (a
-healthy weather_tiny run: 6-10 % measured on 2026-12-02, 7 of 7 launches), so a gate that
-"fails the healthy baseline" there says that the emulator is noisy, not that the gate stops
-healthy jobs: a figure judged outside the guide's regime.
+spread over the gate's limit. On two emulated nodes sharing two CPU cores it exceeds 1 (a
+healthy run's own spread is above the limit), so a gate that "fails the healthy baseline" there
+says that the emulator is noisy, not that the gate stops healthy jobs: a figure judged outside
+the guide's regime.
 
 **The regime, fixed before any value was looked at:** a healthy spread below **half** the gate's
 limit, 2.5 %. Why half: the sample std / mean over n steps scatters around the true spread h with

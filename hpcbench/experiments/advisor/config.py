@@ -78,9 +78,8 @@ class AdvisorConfig(DistributedConfig):
                                 min=2, max=64)
     regimes: list[str] = param(list(REGIME_NAMES), "phases in run order, each judged on its own (C14 needs all "
                                                    "three)", choices=REGIME_NAMES, allowed="non-empty, no repeats")
-    # 40 Mbit/s, not 20: on the cluster (2026-12-03) the baseline was 94 % communication, all of it bytes, at
-    # either rate, and 2-bit compression the best by far (8.4x at 40, 11.8x at 20); from the task's start to the
-    # end of that phase (ranks' start included) 36 s, not 63 s. One launch each.
+    # 40 Mbit/s, not 20: at either rate the baseline is almost all communication, all of it bytes, and 2-bit
+    # compression the best by far, so the faster link gives the same pick and the same best technique in less time.
     bandwidth_link_rate: str = _rate("40mbit", "slow: ~0.5 s per ring all-reduce of weather_tiny's 1.5 MB")
     bandwidth_model: str = _model("weather_tiny", "1.5 MB of gradients, large for a 40 Mbit/s link")
     bandwidth_bucket_cap_mb: float = _bucket(4.0, "the guide's 4 MB buckets: one bucket, bytes dominate")

@@ -51,8 +51,8 @@ class AffinityConfig(DistributedConfig):
                              min=0, max=1000)
     buffer_bytes: ByteSize = param(ByteSize(1 << 30), "anonymous buffer of each memory-bound setting (hugepages, "
                                                       "numa): 1 GiB of 4 KiB pages needs 2 MiB of page tables, more "
-                                                      "than L2 holds, so a TLB miss walks to L3 or DRAM (measured "
-                                                      "here: 1.68x at 1 GiB, 1.12x at 256 MiB)",
+                                                      "than L2 holds, so a TLB miss walks to L3 or DRAM, where "
+                                                      "huge pages show their gain",
                                    min=4 << 20, max=64 << 30)
     reads_per_step: int = param(1 << 21, "random 8-byte reads over the buffer per memory-bound step (each likely "
                                          "a TLB miss with 4 KiB pages)", min=1024, max=1 << 30)

@@ -18,7 +18,7 @@ TIER_ORDER = {"full": 0, "light": 1}
 
 def attempt_table(stats: pd.DataFrame, pairs: list[tuple[str, str]]) -> Table | None:
     """The wrapper arm's failed share of tries by attempt (1st, 2nd, 3rd), exact intervals: context for the
-    p_try^3 model, which takes every try as failing alike (records from before 2026-12-03 lack it: None)."""
+    p_try^3 model, which takes every try as failing alike (records of older hpcbench versions lack it: None)."""
     per = pick(stats[stats["phase"] == "attempts"], "attempt_failed")
     if not len(per) or "attempt" not in per.columns:
         return None

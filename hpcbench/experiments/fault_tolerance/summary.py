@@ -149,7 +149,7 @@ def summarize(records: Any) -> Any:
             row.update(save_p50_s=s.median("save_stall_seconds"), overhead_share_p50=s.median(main),
                        interval_s=float(s.labels.get("interval_s", math.nan)),
                        bytes_written=s.median("bytes_written"))
-            # the rate the whole save moved its bytes at (records from before 2026-12-03 lack the bytes: nan)
+            # the rate the whole save moved its bytes at (records of older hpcbench versions lack the bytes: nan)
             row["save_MB_per_s"] = row["bytes_written"] / row["save_p50_s"] / 1e6 if row["save_p50_s"] > 0 else math.nan
         elif phase == "survival":
             if s.labels.get("tries") is None:  # "not measured" (no wrapper script): no arm to show

@@ -689,16 +689,13 @@ class Injector:
                 # The failure's time is taken before it looks for a running try and acts: the try may end
                 # meanwhile (reading /proc takes milliseconds on a loaded node), and a time taken after could
                 # fall behind the try's end stamp in the wrapper's log. A flip then counted for the next try's
-                # window, while the repair after this try had already fixed it: "not repaired" where it was
-                # (7 of 371 checks, all "after try 2", on 2026-12-03 with the time taken after the flip; 1 of
-                # 129 with it taken after the /proc scan but before the flip). A flip also stamps when it was
-                # written (`done`): repair_checks leaves a flip across a try's end unjudged.
+                # window, while the repair after this try had already fixed it: "not repaired" where it was.
+                # A flip also stamps when it was written (`done`): repair_checks leaves a flip across a try's
+                # end unjudged.
                 # The try is found by its script's name, not by its process group alone: between two tries
                 # on a SLURM node the wrapper runs `timeout 5 sinfo`, and timeout puts itself in a group of
                 # its own. Found by group alone, it drew strikes while no try ran: a flip the repair after
-                # try k fixed, counted in try k + 1's window, read "not repaired after try k + 1" (4 of 571
-                # checks, 2026-12-03; the timelines the failed checks carried showed every flip after try
-                # k's end and listed by its repair).
+                # try k fixed, counted in try k + 1's window, read "not repaired after try k + 1".
                 now = time.time()
                 target = self._target
                 groups = try_groups(target[1], match=TRY_SCRIPT.name) if target else []

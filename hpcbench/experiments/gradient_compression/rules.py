@@ -99,8 +99,8 @@ def reached_busy(evidence: Evidence) -> dict[tuple[str, str, str, str], float]:
     pair's :data:`REACHED_METRIC` row; for a launch recorded before those rows, its ``fact.regime.reached_busy``
     for the pair it names (``fact.regime.series``); only where neither exists (a launch on a fixed link), the
     summary's no-op median over the series' median (:func:`baseline_busy`). The two estimators differ by a few
-    points on a noisy machine (2 of 6 launches of 2026-12-03 night: 57-64 % by the facts, 67 % by the summary),
-    so judging on one while the regime sentence counts the other gave "6/6 in" beside "n = 4".
+    points on a noisy machine, so judging on one while the regime sentence counts the other would count a launch
+    "in" the regime that the verdict leaves out.
     """
     busy = dict(baseline_busy(evidence.summaries))
     launches = evidence.launches
