@@ -1,13 +1,17 @@
 # JupyterHub for hpcbench: each user's JupyterLab runs as a SLURM job on a compute node, with
-# hpcbench's venv and its "hpcbench (Python 3)" kernel. tests/test_jupyterhub.py runs this file
-# on the emulated cluster: log in, spawn, open a notebook in Chromium, run it, stop.
+# hpcbench's venv and its "hpcbench (Python 3)" kernel. slurm/jupyterhub/README.md deploys it on a
+# login node: the venv at a prefix every user can read, the hub as the unprivileged account hpchub
+# (slurm/jupyterhub/hpcbench-jupyterhub.service), submitting each user's job through sudo
+# (slurm/jupyterhub/sudoers). tests/test_jupyterhub.py deploys it so on the emulated cluster: two
+# users log in, spawn, open a notebook in Chromium, run it, are refused each other's server, stop.
 #
-#   cd /srv/jupyterhub        # the hub's state (sqlite, cookie secret) is kept here, readable by root only
-#   HPCBENCH_VENV=/shared/hpcbench/.venv HPCBENCH_HUB_PARTITION=cpu \
-#       /shared/hpcbench/.venv/bin/jupyterhub -f /shared/hpcbench/slurm/jupyterhub_config.py
+# What the unit runs, as hpchub, in the folder that keeps the hub's state (sqlite, cookie secret):
+#   cd /var/lib/hpcbench-jupyterhub
+#   HPCBENCH_HUB_PARTITION=cpu HPCBENCH_HUB_GROUP=jupyterhub-users \
+#       /opt/hpcbench/venv/bin/jupyterhub -f /opt/hpcbench/src/slurm/jupyterhub_config.py
 #
-# Run it as root on a host that can submit jobs (a login node): the hub runs sbatch, squeue and
-# scancel as each user (HPCBENCH_HUB_EXEC_PREFIX), and PAM checks the users' own passwords.
+# The hub runs sbatch, squeue and scancel as each user (HPCBENCH_HUB_EXEC_PREFIX: sudo for a hub
+# that is not root) and PAM checks the users' own passwords (the hub's account in group shadow).
 # Users then open http://<that host>:8000/ (put TLS in front of it: the hub itself speaks HTTP).
 #
 # Every setting a site adapts is an environment variable read below, with its default; any other
@@ -24,7 +28,7 @@
 # venv, where a server started from the venv finds it. A hub whose servers start from another
 # environment (a site's own JupyterHub image) does not see it; each user registers it once, from
 # the venv, into their own ~/.local/share/jupyter/kernels:
-#     /shared/hpcbench/.venv/bin/python -m ipykernel install --user --name hpcbench \
+#     /opt/hpcbench/venv/bin/python -m ipykernel install --user --name hpcbench \
 #         --display-name "hpcbench (Python 3)"
 # (or a site installs that kernel.json, whose argv[0] is the venv's python, in a system Jupyter
 # path such as /usr/local/share/jupyter/kernels/hpcbench).
@@ -69,21 +73,21 @@ WORKDIR = os.environ.get("HPCBENCH_HUB_WORKDIR", "{homedir}")
 RESULTS = os.environ.get("HPCBENCH_HUB_RESULTS", WORKDIR + "/hpcbench-results")
 # Shell lines the job runs before the server starts, e.g. "module load cuda/12.4".
 PROLOGUE = os.environ.get("HPCBENCH_HUB_PROLOGUE", "")
-# "1": root may have a server too. Jupyter refuses to run as root unless told; leave it off on
-# a real site (test clusters and containers, where everything is root, need it).
-ALLOW_ROOT = os.environ.get("HPCBENCH_HUB_ALLOW_ROOT", "0") == "1"
-# Who may log in. "pam": the users' own Unix passwords (the hub must run as root to check
-# them). "shared-password": one password for every user in HPCBENCH_HUB_USERS (tests, demos).
+# Who may log in. "pam": the users' own Unix passwords (a hub that is not root reads
+# /etc/shadow through its membership of group shadow). "shared-password": one password for every
+# user in HPCBENCH_HUB_USERS (demos only: anyone who knows it is every one of those users).
 AUTHENTICATOR = os.environ.get("HPCBENCH_HUB_AUTHENTICATOR", "pam")
 PASSWORD = os.environ.get("HPCBENCH_HUB_PASSWORD", "")
-# Comma-separated user names allowed in, and admins; with PAM, a Unix group works too.
+# Comma-separated user names allowed in, and admins; with PAM, a Unix group works too (the group
+# the sudoers rule lets the hub act for, so that both name the same people).
 # Nothing set: every user who can log in on this host (the cluster's accounts).
 USERS = {u.strip() for u in os.environ.get("HPCBENCH_HUB_USERS", "").split(",") if u.strip()}
 ADMINS = {u.strip() for u in os.environ.get("HPCBENCH_HUB_ADMINS", "").split(",") if u.strip()}
 GROUP = os.environ.get("HPCBENCH_HUB_GROUP", "")
-# How the hub runs sbatch/squeue/scancel as the user: batchspawner's own default is sudo (a hub
-# running as a service user, with a sudoers rule for those three commands); a hub running as root
-# needs no sudo, and runuser (util-linux) is on every Linux. "" runs them as the hub's own user.
+# How the hub runs sbatch/squeue/scancel as the user: batchspawner's own default, sudo -E, for a
+# hub running as a service account (slurm/jupyterhub/sudoers allows exactly those three commands);
+# a hub running as root needs no sudo, and runuser (util-linux) is on every Linux. "" runs them as
+# the hub's own user (a single-user demo).
 EXEC_PREFIX = os.environ.get("HPCBENCH_HUB_EXEC_PREFIX",
                              "runuser -u {username} --" if os.geteuid() == 0 else "sudo -E -u {username}")
 # The hub's database and cookie secret (and the proxy's pid file): the directory it starts in.
@@ -118,8 +122,8 @@ def _check_venv(venv: str) -> None:
                          "the single-user servers must run the hub's major version (install both from "
                          "constraints.txt, or run the hub from that venv)")
 
-    # The hub (root) can run what its users' jobs may not: a venv made from an interpreter under a
-    # private home (pyenv in /root) fails in every job with "Permission denied".
+    # The hub's account can run what its users' jobs may not: a venv made from an interpreter under
+    # a private home (pyenv in /root) fails in every job with "Permission denied".
     python = os.path.realpath(os.path.join(venv, "bin", "python"))
     folders = [os.path.dirname(python)]
     while folders[-1] != os.path.dirname(folders[-1]):
@@ -128,7 +132,8 @@ def _check_venv(venv: str) -> None:
     if closed:
         print(f"warning: HPCBENCH_VENV={venv}: its interpreter {python} may not be executable by other users "
               f"({closed[0]} has no o+x): only its owner's server can start. Build the venv from a Python "
-              "that every user can run, e.g. PYTHON=/usr/bin/python3 make setup (Debian: python3-venv)",
+              "that every user can run, at a prefix they can read: make setup PYTHON=/usr/bin/python3 "
+              "VENV=/opt/hpcbench/venv (slurm/jupyterhub/README.md)",
               file=sys.stderr)
 
 
@@ -199,9 +204,8 @@ c.Spawner.cmd = [os.path.join(VENV, "bin", "jupyterhub-singleuser")]
 c.SlurmSpawner.batchspawner_singleuser_cmd = os.path.join(VENV, "bin", "batchspawner-singleuser")
 c.SlurmSpawner.exec_prefix = EXEC_PREFIX
 # sbatch runs with only the spawner's environment: PATH to find sbatch and squeue as the hub
-# does, SLURM_CONF for a cluster whose configuration is not in /etc/slurm (the emulated one).
-if ALLOW_ROOT:
-    c.Spawner.args = ["--allow-root"]
+# does (sudo puts its secure_path in its place), SLURM_CONF for a cluster whose configuration is
+# not in /etc/slurm (the emulated one).
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLURM_CONF", "JUPYTERHUB_SINGLEUSER_APP"]
 c.Spawner.environment = {"HPCBENCH_RESULTS": _results_dir}
 c.SlurmSpawner.req_partition = PARTITION
