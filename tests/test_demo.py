@@ -17,10 +17,10 @@ def demo_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     run_dir, report_dir = root / "run", root / "report"
     # --jobs 2, as `make demo` runs it: the demo is a functional run (oversubscribed), not a measurement.
-    suite = subprocess.run([sys.executable, "-m", "hpcbench.cli", "suite", "demo", "--run-dir", str(run_dir),
+    suite = subprocess.run([sys.executable, "-m", "hpcbench", "suite", "demo", "--run-dir", str(run_dir),
                             "--jobs", "2"],
                            capture_output=True, text=True, timeout=900, cwd=root)
-    report = subprocess.run([sys.executable, "-m", "hpcbench.cli", "report", str(run_dir), "--out", str(report_dir)],
+    report = subprocess.run([sys.executable, "-m", "hpcbench", "report", str(run_dir), "--out", str(report_dir)],
                             capture_output=True, text=True, timeout=300, cwd=root)
     return run_dir, report_dir, suite, report
 

@@ -60,3 +60,21 @@ def test_docs_check_says_the_generated_pages_are_current():
     done = subprocess.run([sys.executable, "-m", "hpcbench", "docs"], capture_output=True, text=True, cwd=REPO,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_nothing_runs_a_module_of_hpcbench_but_the_command():
+    """Job templates, scripts, docs and tests start ``python -m hpcbench ...``, never ``-m hpcbench.<module>``
+    (a module without a ``__main__`` guard would import and exit 0, doing nothing)."""
+    import re
+
+    pattern = re.compile(r"""-m["',\s]+hpcbench\.[a-z_.]+""")
+    offenders = []
+    for path in REPO.rglob("*"):
+        if (not path.is_file() or any(part in {".git", ".venv", "results", "reports", "__pycache__", "node_modules"}
+                                      for part in path.relative_to(REPO).parts)
+                or path.suffix not in {".py", ".sh", ".template", ".sbatch", ".md", ".yaml", ".ipynb", ""}):
+            continue
+        text = path.read_text(encoding="utf-8", errors="ignore")
+        offenders += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in pattern.finditer(text)]
+    offenders = [o for o in offenders if not o.startswith("tests/test_entry_points.py")]
+    assert not offenders, f"modules run by path instead of the command: {offenders}"

@@ -44,7 +44,7 @@ def add_failed_task(run: Path) -> Path:
     _write_status(task_dir, state="failed", variant="failed",
                   error=f"RuntimeError: cannot open {task_dir / 'data' / 'x.h5'} on {socket.gethostname()}")
     trace = (f"Traceback (most recent call last):\n  File \"{Path.home() / 'lib' / 'train.py'}\", line 3\n"
-             f"  {sys.executable} -m hpcbench.run on {socket.gethostname()}\n"
+             f"  {sys.executable} -m hpcbench run on {socket.gethostname()}\n"
              f"RuntimeError: cannot open {task_dir / 'data' / 'x.h5'}\n")
     notebook = {"cells": [{"cell_type": "code", "source": "run()", "metadata": {}, "execution_count": 1,
                            "outputs": [{"output_type": "error", "ename": "RuntimeError", "evalue": "x",

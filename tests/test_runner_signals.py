@@ -79,7 +79,7 @@ def ranks_running(marker: str) -> bool:
 
 def start_cli(args: list[str], tmp_path: Path, marker: str) -> subprocess.Popen:
     env = {**os.environ, MARKER: marker}
-    return subprocess.Popen([sys.executable, "-m", "hpcbench.cli", *args], cwd=tmp_path, env=env,
+    return subprocess.Popen([sys.executable, "-m", "hpcbench", *args], cwd=tmp_path, env=env,
                             stdout=open(tmp_path / "stdout.txt", "w"), stderr=open(tmp_path / "stderr.txt", "w"))
 
 

@@ -82,7 +82,7 @@ def test_failed_task_does_not_stop_others(tmp_path, monkeypatch):
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "hpcbench.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hpcbench", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
 
 

@@ -87,7 +87,7 @@ class ToyRuns:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         # --oversubscribe: a functional run; 2 emulated nodes x 2 ranks must run on a 2-core machine too.
         script = Path(sys.executable).with_name("hpcbench")  # the command a user types, from this environment
-        cli = [str(script)] if script.is_file() else [sys.executable, "-m", "hpcbench.cli"]
+        cli = [str(script)] if script.is_file() else [sys.executable, "-m", "hpcbench"]
         argv = [*cli, "run", name, "--run-dir", str(run_dir), "--quiet", "--oversubscribe",
                 *(["--toy"] if spec.toy else [])]
         start = time.monotonic()
