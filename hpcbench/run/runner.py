@@ -13,11 +13,13 @@ Backends live in :mod:`hpcbench.run.backends`; run-dir I/O in :mod:`hpcbench.run
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.run.backends import BACKENDS
@@ -133,7 +135,7 @@ def _run_tasks(suite: Suite, run_dir: Path, *, backend: str, jobs: int | None, p
     run_dir = Path(run_dir).absolute()
     display = Progress(run_dir, len(suite.tasks), f"suite {suite.name}", enabled=progress)
     try:
-        with SignalGuard() as stop:
+        with SignalGuard() as stop, _binding(suite.bind):
             statuses = impl.run_tasks(suite.tasks, RunContext(run_dir, suite.name, jobs, options or {}, stop,
                                                               display))
     finally:
@@ -145,6 +147,28 @@ def _run_tasks(suite: Suite, run_dir: Path, *, backend: str, jobs: int | None, p
                  for t in suite.tasks]
         raise RunInterrupted(stop.signum, every, shown_dir)
     return statuses
+
+
+#: The variable every rank reads its bind mode from (hpcbench.dist.binding.BIND_ENV; run may not import dist).
+_BIND_ENV = "HPCBENCH_BIND"
+
+
+@contextlib.contextmanager
+def _binding(mode: str | None) -> Iterator[None]:
+    """$HPCBENCH_BIND set to the suite's ``bind`` while its tasks run: local tasks inherit it, and sbatch
+    passes this environment on to the jobs, so each rank binds by the node's plan. None leaves it as it is."""
+    if mode is None:
+        yield
+        return
+    saved = os.environ.get(_BIND_ENV)
+    os.environ[_BIND_ENV] = mode
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(_BIND_ENV, None)
+        else:
+            os.environ[_BIND_ENV] = saved
 
 
 @dataclass

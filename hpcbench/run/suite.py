@@ -6,6 +6,7 @@ A suite file looks like this (``hpcbench/suites/demo.yaml`` is the shipped examp
     description: what this suite is for
     repeat: 1                     # repetitions of every variant (default 1)
     oversubscribe: false          # true: run locally even with more ranks than cores (default false)
+    bind: plan                    # each rank bound by the node's affinity plan (default: $HPCBENCH_BIND, else none)
     tasks:
       - experiment: environment
       - experiment: collectives
@@ -14,6 +15,12 @@ A suite file looks like this (``hpcbench/suites/demo.yaml`` is the shipped examp
         variants:                 # name -> parameters (default: one variant "default")
           one_node: {nodes: 1, ranks_per_node: 2}
           two_nodes: {nodes: 2, ranks_per_node: 2}
+
+A suite sized by the cluster it runs on (``guide-scale``) writes ``"{nodes}"`` and
+``"{gpus_per_node}"`` as parameter values; :class:`Layout` (``--layout 4x8``) fills them in when
+it is loaded, and loading it without one is refused, naming the option. ``toy=True`` runs each task
+at its experiment's toy size, once, keeping only its layout and regime (:data:`TOY_KEEPS`): the same
+jobs and placements in seconds.
 
 Every task's parameters are validated against its experiment's config when the
 suite is loaded, so a typo fails before any notebook starts. The same holds for a
@@ -41,9 +48,17 @@ from hpcbench.experiments import EXPERIMENTS
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _NAME_RULE = "may hold only letters, digits, '_', '.', '-' and must start with a letter or digit"
 _ENTRY_KEYS = {"experiment", "params", "variants", "repeat"}
-_SUITE_KEYS = {"name", "description", "repeat", "oversubscribe", "tasks"}
-# What Suite.to_dict writes to suite.json (run dirs written before oversubscribe existed lack it).
-_SUITE_JSON_KEYS = {"name", "description", "source", "oversubscribe", "tasks"}
+_SUITE_KEYS = {"name", "description", "repeat", "oversubscribe", "bind", "tasks"}
+# What Suite.to_dict writes to suite.json (run dirs written before oversubscribe or bind existed lack them).
+_SUITE_JSON_KEYS = {"name", "description", "source", "oversubscribe", "bind", "tasks"}
+#: The placeholders a suite sized by its cluster writes as parameter values, and the Layout field of each.
+LAYOUT_PLACEHOLDERS = {"{nodes}": "nodes", "{gpus_per_node}": "gpus_per_node"}
+#: What a toy run of a suite keeps of each task's parameters: its layout and regime, so that its jobs and
+#: placements are the real run's. The rest is the experiment's toy size (a guide-scale model or message
+#: size would not run in seconds, nor fit the toy's other values), its backend included: ``auto``, NCCL
+#: with a GPU per rank, gloo on CPU stand-ins.
+TOY_KEEPS = ("nodes", "ranks_per_node", "regime", "link_regime")
+_BIND_MODES = ("none", "plan")  # hpcbench.dist.binding.BIND_MODES (run may not import dist)
 _TASK_KEYS = {"task_id", "experiment", "variant", "repetition", "params"}  # TaskSpec's fields, in suite.json
 
 #: Repetitions of one variant. Launch-to-launch spread needs 5-30; more than this is a typo
@@ -73,10 +88,52 @@ class Suite:
     source: str
     oversubscribe: bool = False
     """run locally even when a task has more ranks than this machine has cores (hpcbench.run.limits)"""
+    bind: str | None = None
+    """every rank's binding (``plan`` or ``none``), set as $HPCBENCH_BIND for the tasks; None: the caller's"""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "source": self.source,
-                "oversubscribe": self.oversubscribe, "tasks": [t.__dict__ for t in self.tasks]}
+                "oversubscribe": self.oversubscribe, "bind": self.bind, "tasks": [t.__dict__ for t in self.tasks]}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The cluster a sized suite runs on: nodes x GPUs (ranks) per node."""
+
+    nodes: int
+    gpus_per_node: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Layout":
+        """``"4x8"`` -> 4 nodes x 8 GPUs per node; refuses anything else, naming the option."""
+        match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", str(text))
+        if not match or not all(0 < int(g) <= 1024 for g in match.groups()):
+            raise SuiteError(f"--layout {text!r}: give NODESxGPUS_PER_NODE, e.g. 4x8 (hpcbench doctor prints "
+                             "this cluster's)")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.gpus_per_node}"
+
+
+def _placeholders(value: Any) -> set[str]:
+    if isinstance(value, str):
+        return {value} & set(LAYOUT_PLACEHOLDERS)
+    if isinstance(value, dict):
+        return set().union(*(_placeholders(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(_placeholders(v) for v in value)) if value else set()
+    return set()
+
+
+def _fill(value: Any, layout: Layout) -> Any:
+    if isinstance(value, str) and value in LAYOUT_PLACEHOLDERS:
+        return getattr(layout, LAYOUT_PLACEHOLDERS[value])
+    if isinstance(value, dict):
+        return {k: _fill(v, layout) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, layout) for v in value]
+    return value
 
 
 def shipped_suites() -> list[str]:
@@ -125,8 +182,12 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_suite(name_or_path: str | Path) -> Suite:
+def load_suite(name_or_path: str | Path, *, layout: Layout | None = None, toy: bool = False) -> Suite:
     """Load a shipped suite by name, or a user's suite from a YAML path.
+
+    Args:
+        layout: fills a sized suite's ``"{nodes}"`` and ``"{gpus_per_node}"`` (module docstring).
+        toy: each experiment's toy size over its tasks, their layout kept.
 
     Raises:
         SuiteError: naming the file and entry for anything malformed (unreadable or
@@ -141,7 +202,7 @@ def load_suite(name_or_path: str | Path) -> Suite:
                          f"{exc.first_line}); YAML would keep only the last one") from None
     except yaml.YAMLError as exc:
         raise SuiteError(f"{source}: not valid YAML ({exc})") from None
-    return parse_suite(data, source)
+    return parse_suite(data, source, layout=layout, toy=toy)
 
 
 def _read_suite_text(name_or_path: str | Path) -> tuple[str, str]:
@@ -166,11 +227,20 @@ def _read_suite_text(name_or_path: str | Path) -> tuple[str, str]:
     return res.read_text(), f"hpcbench/suites/{name}.yaml"
 
 
-def parse_suite(data: Any, source: str = "<suite>") -> Suite:
+def parse_suite(data: Any, source: str = "<suite>", *, layout: Layout | None = None, toy: bool = False) -> Suite:
     """Expand a suite mapping into validated tasks (see the module docstring)."""
     if not isinstance(data, dict):
         raise SuiteError(f"{source}: a suite is a mapping with keys {sorted(_SUITE_KEYS)}")
     _refuse_unknown_keys(data, _SUITE_KEYS, source)
+    sized = _placeholders(data.get("tasks"))
+    if sized and layout is None:
+        raise SuiteError(f"{source} is sized by the cluster it runs on ({', '.join(sorted(sized))}): give "
+                         "--layout NODESxGPUS_PER_NODE, e.g. 4x8 (hpcbench doctor prints this cluster's)")
+    if layout is not None:
+        data = {**data, "tasks": _fill(data.get("tasks"), layout)}
+    bind = data.get("bind")
+    if bind is not None and bind not in _BIND_MODES:
+        raise SuiteError(f"{source}: bind {bind!r} must be one of {list(_BIND_MODES)}")
     name = _suite_name(data.get("name"), source)
     suite_repeat = _repeat(data.get("repeat", 1), f"{source}: repeat")
     entries = data.get("tasks")
@@ -192,6 +262,8 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         if not isinstance(shared, dict) or not isinstance(variants, dict):
             raise SuiteError(f"{where}: 'params' and 'variants' must be mappings")
         repeat = _repeat(entry.get("repeat", suite_repeat), f"{where}.repeat")
+        if toy:
+            repeat = 1  # a rehearsal: one launch of each variant shows its jobs and placements
         # Counted before expanding: a bound checked after the loop would come too late.
         count = len(variants) * repeat
         if len(tasks) + count > MAX_SUITE_TASKS:
@@ -205,8 +277,11 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
             if overrides is not None and not isinstance(overrides, dict):
                 raise SuiteError(f"{where}, variant {variant!r}: the overrides must be a mapping of "
                                  f"parameter: value, got {type(overrides).__name__} {overrides!r}")
+            params = {**shared, **(overrides or {})}
+            if toy:
+                params = {**exp.toy, **{k: v for k, v in params.items() if k in TOY_KEEPS}}
             try:
-                config = exp.config.from_dict({**shared, **(overrides or {})})
+                config = exp.config.from_dict(params)
             except ConfigError as exc:
                 raise SuiteError(f"{where}, variant {variant!r}: {exc}") from None
             for rep in range(repeat):
@@ -216,7 +291,7 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
                 seen.add(task_id)
                 tasks.append(TaskSpec(task_id, exp.name, variant, rep, config.to_dict()))
     return Suite(name=name, description=str(data.get("description", "")), tasks=tasks, source=source,
-                 oversubscribe=_flag(data.get("oversubscribe", False), f"{source}: oversubscribe"))
+                 oversubscribe=_flag(data.get("oversubscribe", False), f"{source}: oversubscribe"), bind=bind)
 
 
 def single_task_suite(experiment: str, params: dict[str, Any], variant: str = "default") -> Suite:
@@ -284,9 +359,12 @@ def suite_from_dict(data: Any, source: str) -> Suite:
         except ConfigError as exc:
             raise SuiteError(f"{where} ({task_id}): {exc}") from None
         tasks.append(TaskSpec(task_id, exp.name, variant, rep, config.to_dict()))
+    bind = data.get("bind")
+    if bind is not None and bind not in _BIND_MODES:
+        raise SuiteError(f"{source}: bind {bind!r} must be one of {list(_BIND_MODES)}")
     return Suite(name=name, description=str(data.get("description", "")), tasks=tasks,
                  source=str(data.get("source", "")),
-                 oversubscribe=_flag(data.get("oversubscribe", False), f"{source}: oversubscribe"))
+                 oversubscribe=_flag(data.get("oversubscribe", False), f"{source}: oversubscribe"), bind=bind)
 
 
 def _refuse_unknown_keys(data: dict, valid: set[str], where: str) -> None:
@@ -320,6 +398,6 @@ def _repeat(value: Any, where: str) -> int:
     return value
 
 
-__all__ = ["MAX_REPEAT", "MAX_SUITE_TASKS", "Suite", "TaskSpec", "UniqueKeyLoader", "is_plain_name",
+__all__ = ["LAYOUT_PLACEHOLDERS", "TOY_KEEPS", "Layout", "MAX_REPEAT", "MAX_SUITE_TASKS", "Suite", "TaskSpec", "UniqueKeyLoader", "is_plain_name",
            "load_suite", "parse_suite", "shipped_suites", "single_task_suite", "suite_from_dict",
            "HpcbenchError"]
