@@ -165,3 +165,17 @@ def test_refinement_measures_at_the_solved_rate_and_pins_the_line_there():
     seen.clear()
     exact = calibrate(lambda r: (seen.append(r), busy(r))[1], [1e9, 3e8], 0.61, refine=2)
     assert len(seen) == 3 and busy(exact.link_rate_bps) == pytest.approx(0.61)
+
+
+def test_a_launch_on_a_real_clusters_own_link_is_judged_by_the_regime_it_reached():
+    """On a GPU cluster nothing shapes the link (no rate recorded): a launch that measured the guide's regime
+    is judged, one that did not says how far it was, and the sentence says the link was the cluster's own."""
+    from hpcbench.scale.regime import FACT_RATE, FACT_TARGET, regime_reason, regime_status, regime_summary
+
+    inside, outside = {FACT_REACHED: 0.63}, {FACT_REACHED: 0.90}
+    assert regime_status({"regime": "guide"}, inside, REGIME) == MATCHED
+    assert regime_status({"regime": "guide"}, outside, REGIME) == MISSED
+    assert regime_reason(MISSED, [0.90], REGIME) == "inconclusive: regime 90% busy (original) vs the guide's 61% (+-5 points)"
+    launches = pd.DataFrame({FACT_TARGET: [0.61, 0.61], FACT_REACHED: [0.63, 0.90], FACT_RATE: [math.nan, math.nan]})
+    sentence = regime_summary(REGIME, launches)
+    assert "on the cluster's own link (nothing shaped it)" in sentence and "1 of 2" in sentence, sentence

@@ -47,9 +47,10 @@ def test_guide_scale_fills_every_task_from_the_layout_over_nccl_with_the_plan():
     assert min(next(t for t in suite.tasks if t.task_id == "comm_modes.buckets.r0").params["bucket_cap_mb"]) \
         == 4096 / 2**20
     assert sum(t.experiment == "comm_modes" and t.variant == "modes" for t in suite.tasks) == 5
-    # every claim of these experiments is judged in the cluster's own regime, never a calibrated link
-    assert all(t.params.get("regime", "fixed") == "fixed" and t.params.get("link_regime", "fixed") == "fixed"
-               for t in suite.tasks)
+    # every figure measures the regime its launch reached, so that the ledger judges it only in the guide's
+    regimes = {t.params.get("regime", t.params.get("link_regime")) for t in suite.tasks
+               if t.experiment in {"comm_modes", "batch_scaling", "weather_case", "gradient_compression"}}
+    assert regimes == {"guide"}
 
 
 def test_toy_keeps_the_layout_and_regime_and_runs_each_variant_once():

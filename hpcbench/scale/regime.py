@@ -433,7 +433,10 @@ def regime_summary(regime: GuideRegime, launches: Any) -> str:
     rates = sorted(v for v in (finite_number(r) for r in calibrated.get(FACT_RATE, [])) if v is not None)
     shown = (f"median {reached[len(reached) // 2]:.0%} ({reached[0]:.0%}-{reached[-1]:.0%})" if reached
              else "busy share not recorded")
-    link = f", link {rates[len(rates) // 2] / 1e6:.0f} Mbit/s (median)" if rates else ""
+    # A launch that could not shape its link (a real cluster's fabric) measured the regime it was in: the
+    # figure is judged where that lies within the guide's, and the sentence says it was the link as it is.
+    link = (f", link {rates[len(rates) // 2] / 1e6:.0f} Mbit/s (median)" if rates
+            else ", on the cluster's own link (nothing shaped it)")
     return (f"{guide} +-{regime.tolerance * 100:.0f} points; reached: {shown}{link}; {within} of "
             f"{len(calibrated)} calibrated launch(es) within it{context}")
 
