@@ -13,8 +13,9 @@
     hpcbench report --compare A B                  the claims that moved from report A to report B
     hpcbench publish REPORT_DIR --to SITE_DIR [--replace] [--allow-unreadable]
                                                    copy a report into a site, rewrite its index and claims page
-    hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit|1e9] [--state DIR]
+    hpcbench cluster up|down|status [--nodes N] [--link-rate 1gbit|1e9] [--gpus-per-node N] [--state DIR]
     hpcbench plan-binding [--ranks-per-node N] [--root DIR] [--show table|srun|numactl|env|sbatch]
+    hpcbench doctor [--backend local|slurm] [--json]   what this machine/cluster lets the suite measure, claim by claim
     hpcbench bench [NAME [--json] [options] | --list]   a benchmark of hpcbench itself: ratios measured side by side
     hpcbench docs [--write]                        regenerate the pages made from the code
     hpcbench reproduce [--nics N] [--only regime] [--resume RUN_DIR]   (root) verdicts from the emulated cluster
@@ -210,7 +211,10 @@ def cmd_suite(args: argparse.Namespace) -> int:
         raise HpcbenchError(f"one suite at a time, got {args.suite}")
     if args.backend is None:
         args.backend = "local"
-    return _run(load_suite(args.suite[0]), args)
+    from hpcbench.run.suite import Layout
+
+    layout = Layout.parse(args.layout) if args.layout else None
+    return _run(load_suite(args.suite[0], layout=layout, toy=args.toy), args)
 
 
 def cmd_task(args: argparse.Namespace) -> int:
@@ -272,7 +276,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     if args.action == "up":
         spec = cluster.ClusterSpec.from_dict({k: v for k, v in {
             "nodes": args.nodes, "link_rate": args.link_rate, "link_delay": args.link_delay,
-            "state_dir": args.state, "cpus_per_node": args.cpus_per_node}.items() if v is not None})
+            "state_dir": args.state, "cpus_per_node": args.cpus_per_node,
+            "gpus_per_node": args.gpus_per_node}.items() if v is not None})
         info = cluster.cluster_up(spec)
         print(cluster.cluster_status(info.state_dir))
         exports = " ".join(f"{k}={v}" for k, v in info.env().items())
@@ -433,6 +438,34 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 1 if stale else 0
 
 
+def _add_sbatch_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The site's sbatch options (``--partition``, ``--account``, ``--time``, ``--gres``...), as run, suite and doctor take them."""
+    slurm = p.add_argument_group("SLURM backend (written as #SBATCH lines into the generated scripts)")
+    for opt in ("partition", "account", "time", "gres", "cpus-per-task", "qos", "constraint"):
+        slurm.add_argument(f"--{opt}", dest=opt.replace("-", "_"))
+    slurm.add_argument("--sbatch-arg", action="append", metavar="--OPTION=VALUE",
+                       help="any other sbatch option (repeatable)")
+    return slurm
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from hpcbench.run.doctor import doctor, render, run_as_job
+    from hpcbench.system.inventory import Probe
+
+    if args.backend == "slurm":
+        result = run_as_job(out_dir=args.out, data_dir=args.data, options=_backend_options(args))
+    else:
+        result = doctor(Probe(Path(args.root), dict(os.environ)), out_dir=args.out, data_dir=args.data,
+                        partition=args.partition)
+    print(json.dumps(result, indent=1) if args.json else render(result))
+    if not result["ready"]["ok"] and not args.json:
+        print(f"hpcbench doctor: the suite cannot run here: {result['ready']['problems'][0]}", file=sys.stderr)
+    return 0 if result["ready"]["ok"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hpcbench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
@@ -463,11 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dry-run", action="store_true",
                        help="print the tasks with their layout, memory and time estimates, the run dir and "
                             "whether the limits pass; start and write nothing (exit 0, or 2 if refused)")
-        slurm = p.add_argument_group("SLURM backend (written as #SBATCH lines into the generated scripts)")
-        for opt in ("partition", "account", "time", "gres", "cpus-per-task", "qos", "constraint"):
-            slurm.add_argument(f"--{opt}", dest=opt.replace("-", "_"))
-        slurm.add_argument("--sbatch-arg", action="append", metavar="--OPTION=VALUE",
-                           help="any other sbatch option (repeatable)")
+        slurm = _add_sbatch_options(p)
         slurm.add_argument("--retries", type=_non_negative_int, default=0, metavar="N",
                            help="resubmit a task whose job failed (node lost, rank killed, srun failure; not a "
                                 "notebook error) up to N times, repairing data shards and torn checkpoints "
@@ -490,6 +519,12 @@ def build_parser() -> argparse.ArgumentParser:
                        usage="hpcbench suite [options] SUITE\n       hpcbench suite resume [options] RUN_DIR")
     p.add_argument("suite", nargs="+", metavar="SUITE",
                    help="a shipped suite's name or a YAML path; or `resume RUN_DIR`")
+    p.add_argument("--layout", metavar="NODESxGPUS",
+                   help="the cluster a sized suite (guide-scale) runs on, e.g. 4x8: fills its {nodes} and "
+                        "{gpus_per_node} (`hpcbench doctor` prints this cluster's)")
+    p.add_argument("--toy", action="store_true",
+                   help="every task at its experiment's toy size, keeping its layout and regime: the suite's "
+                        "jobs and placements in seconds (a rehearsal; the numbers mean nothing)")
     add_run_options(p, backend_default=None)
     p.set_defaults(func=cmd_suite)
 
@@ -516,6 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--link-rate", help="every node link's rate in bit/s, or e.g. 100mbit, 1gbit (default 1gbit)")
     p.add_argument("--link-delay", help="one-way inter-node delay (needs the netem qdisc), default 0ms")
     p.add_argument("--cpus-per-node", type=int, help="CPUs each node declares (default: the host's)")
+    p.add_argument("--gpus-per-node", type=int, help="stand-in GPUs each node declares as SLURM GRES gpu "
+                                                     "(default 0): a dress rehearsal of --gres jobs")
     p.add_argument("--state", help="state dir: slurm.conf, logs, pid files (default /tmp/hpcbench-cluster)")
     p.set_defaults(func=cmd_cluster)
 
@@ -530,6 +567,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=_positive_int, default=1, help="sbatch: nodes of this kind (default 1)")
     p.add_argument("--command", default="python train.py", help="what each rank runs (default: python train.py)")
     p.set_defaults(func=cmd_affinity)
+
+    p = sub.add_parser("doctor", help="what this machine or SLURM cluster lets the suite measure: SLURM, GPUs and "
+                                      "their links, NICs, NCCL, file systems, CPUs; claim by claim, can it rule; "
+                                      "exit 0 when the suite can run here, 1 with the reason")
+    p.add_argument("--backend", choices=("local", "slurm"), default="local",
+                   help="where the doctor reads: this machine (default), or one compute node as a SLURM job with "
+                        "the sbatch options below")
+    p.add_argument("--out", default="results", help="where run dirs go (default: results/): its file system is "
+                                                   "the run dir's; a SLURM job's files go to OUT/doctor-<timestamp>/")
+    p.add_argument("--data", metavar="DIR", help="the data sets' folder (default: the run dir, where experiments "
+                                                 "generate their data)")
+    p.add_argument("--root", default="/", help="read /proc and /sys under this folder (a recorded node; default /)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    _add_sbatch_options(p)
+    p.set_defaults(func=cmd_doctor)
 
     # The benchmark's own options follow its name: its module declares them, and is imported only to run.
     p = sub.add_parser("bench", help="run a benchmark of hpcbench itself (ratios measured side by side); "

@@ -60,6 +60,8 @@ def pytest_sessionfinish(session, exitstatus):
 #: Tests that use the emulated SLURM cluster: marked ``cluster``. ``make test`` runs them in a lane of their own
 #: beside the rest (tests/lanes.py), since one machine holds one cluster and its tests must not overlap each other.
 CLUSTER_FIXTURE = "emulated_cluster"
+#: The same for the cluster with stand-in GPUs (tests/cluster_fixtures.py), which takes the session one's place.
+GRES_CLUSTER_FIXTURE = "gres_cluster"
 #: Local test files that the cluster lane runs too, to even the two lanes out: alone, the cluster lane ended
 #: 6 min before the local one (877 s against 1,248 s, 2026-12-02). Picked by `make test-census`'s wall times
 #: (~135 s one after another); none shares a session fixture (the toy runs, the demo run) with the local lane.
@@ -75,7 +77,8 @@ def pytest_collection_modifyitems(config, items):
     down by itself carries the mark explicitly), and those and the companions above ``cluster_lane``: make
     test's lanes are ``-m cluster_lane`` and ``-m "not cluster_lane"``."""
     for item in items:
-        if CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) and not item.get_closest_marker("cluster"):
+        uses = set(getattr(item, "fixturenames", ())) & {CLUSTER_FIXTURE, GRES_CLUSTER_FIXTURE}
+        if uses and not item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("cluster") or item.nodeid.split("::")[0] in CLUSTER_LANE_COMPANIONS:
             item.add_marker(pytest.mark.cluster_lane)

@@ -178,6 +178,10 @@ class ClaimSet:
     """Claim id -> the regime its figure was measured in (a :class:`hpcbench.scale.regime.GuideRegime`, a
     busy share, or another with ``summary(launches)`` and ``brief(launches)``, such as practice's step-time
     spread): the ledger shows it beside the regime the launches reached (their ``fact.regime.*``)."""
+    applicability: Mapping[str, Any] = field(default_factory=dict)
+    """Claim id -> what it needs of the platform (a :class:`hpcbench.judge.applicability.Requirement`, declared
+    in the experiment's ``claims.py``): its rule asks it of each launch group's facts, ``hpcbench doctor`` of the
+    facts a launch on this cluster would record. A claim without an entry applies on every platform."""
     context: tuple[str, ...] = ()
     """Claims the experiment informs without judging them (C16's inventory)."""
     declared: tuple[Any, ...] = ()

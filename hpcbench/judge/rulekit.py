@@ -6,7 +6,8 @@ a :class:`~hpcbench.judge.verdict.Reference` each), then :func:`judge_comparison
 * splits the launches into strict groups — same parameters and same recorded facts
   (cluster, link rate, file system...) — so that ext4 is never pooled with Lustre, nor a
   1-node run with a 2-node one;
-* asks ``applies(launch_facts)`` of every group, the same question whatever the values;
+* asks ``applies(launch_facts)`` of every group, the same question whatever the values (a claim's
+  :class:`~hpcbench.judge.applicability.Requirement`, declared in its experiment's ``claims.py``);
 * measures every comparison in every group as a paired ratio over launches with its 95 %
   interval, Holm-corrected across all of them;
 * reads the verdict: not applicable or too few launches -> inconclusive; else
@@ -28,8 +29,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from hpcbench.core.facts import EMULATED_CLUSTER
-from hpcbench.core.results import json_object
 from hpcbench.judge.evidence import (ARITHMETIC, MEASUREMENT, NO_VALUE, NOT_TESTABLE, Evidence, Judgement,
                                      paired_samples, select)
 from hpcbench.judge.feasibility import Reach, not_testable, read_parts
@@ -296,20 +295,3 @@ def judge_levels(evidence: Evidence, levels: Sequence[Level] | Callable[[pd.Seri
     members = [(group_text, level.label, why_not) for group_text, level, _, why_not in found]
     return _assemble(evidence, members, judged, what)
 
-
-def slow_link_problem(launch: pd.Series) -> str | None:
-    """None when the launch's inter-node link is slower than its intra-node one, else why not.
-
-    Techniques that save inter-node bytes or synchronisations (a two-level reduction, gradient
-    compression, fewer all-reduces) can only show where such a link exists: the emulated cluster's
-    shaped link, or real nodes under SLURM. Emulated nodes on one machine share one
-    loopback, and one node has no inter-node link at all.
-    """
-    nodes = int(json_object(launch["params"]).get("nodes", 1))
-    if nodes < 2:
-        return "one node: there is no inter-node link"
-    cluster = str(launch.get("cluster") or "")
-    if cluster == EMULATED_CLUSTER or cluster.startswith("SLURM"):
-        return None
-    return (f"ran on {cluster or 'an unrecorded setup'}: every byte crosses one loopback, so there is no "
-            f"slower inter-node link whose bytes or waits a technique could spare")

@@ -102,18 +102,28 @@ def write_facts(writer, facts: Mapping[str, str | float]) -> None:
             writer.add(f"fact.{name}", None, "", text=str(value))
 
 
+def mount_of(path: str, mounts: str) -> tuple[str, str, str]:
+    """(file system type, mount point, source device) holding the absolute ``path``, from ``/proc/mounts`` text.
+
+    The longest mount point that is ``path`` or one of its parents wins; a later line wins a tie (the
+    mount on top). ``("unknown", "/", "")`` when no line matches.
+    """
+    best = ("unknown", "/", "")
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            mount = parts[1].replace("\\040", " ")
+            if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[1]):
+                best = (parts[2], mount, parts[0])
+    return best
+
+
 def filesystem_of(path: Path) -> tuple[str, str]:
     """(file system type, mount point) holding ``path``, from /proc/mounts."""
-    best = ("unknown", "/")
     try:
         real = str(path.resolve())
         with open("/proc/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 3:
-                    mount = parts[1].replace("\\040", " ")
-                    if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[1]):
-                        best = (parts[2], mount)
+            fstype, mount, _ = mount_of(real, fh.read())
     except OSError:
-        pass
-    return best
+        return ("unknown", "/")
+    return fstype, mount

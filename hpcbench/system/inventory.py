@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pandas and the results module are only needed when displayi
 __all__ = [
     "ABSENT", "InventoryItem", "Probe", "CommandError", "Collector",
     "COLLECTORS", "collector", "collect_inventory", "write_inventory", "inventory_frame",
-    "parse_mpi_version", "parse_nvidia_smi_gpus", "parse_ib_rate",
+    "parse_mpi_version", "parse_nvidia_smi_gpus", "parse_ib_rate", "nvidia_smi_gpus",
     "LUSTRE_DIRS_ENV", "parse_lfs_df", "parse_lfs_getstripe",
 ]
 
@@ -436,7 +436,7 @@ _NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--
 _NVIDIA_SMI_SOURCE = " ".join(_NVIDIA_SMI)
 
 
-def _nvidia_smi_gpus(probe: Probe) -> tuple[str | None, list[dict[str, Any]]]:
+def nvidia_smi_gpus(probe: Probe) -> tuple[str | None, list[dict[str, Any]]]:
     """nvidia-smi's answer (None: not there) and the GPUs it lists. Raises CommandError when it fails."""
     out = probe.run(*_NVIDIA_SMI)
     return out, parse_nvidia_smi_gpus(out) if out else []
@@ -449,7 +449,7 @@ def collect_nvidia_driver(probe: Probe) -> list[InventoryItem]:
     if text is not None:
         return [_text("gpu", "driver", _parse_nvidia_driver(text), "/proc/driver/nvidia/version")]
     try:
-        _, gpus = _nvidia_smi_gpus(probe)
+        _, gpus = nvidia_smi_gpus(probe)
     except CommandError as exc:
         return [_text("gpu", "driver", f"error: {exc}", _NVIDIA_SMI_SOURCE)]
     # The /proc file is absent: say so unless nvidia-smi answers.
@@ -473,7 +473,7 @@ def collect_gpus(probe: Probe) -> list[InventoryItem]:
         return items
     source = _NVIDIA_SMI_SOURCE
     try:
-        out, gpus = _nvidia_smi_gpus(probe)
+        out, gpus = nvidia_smi_gpus(probe)
     except CommandError as exc:
         return [_text("gpu", "count", f"error: {exc}", source)]
     if not gpus:
@@ -707,7 +707,7 @@ def collect_lustre(probe: Probe) -> list[InventoryItem]:
 # -- entry points --------------------------------------------------------------------
 
 def collect_inventory(cfg: Any, *, env: Mapping[str, str] | None = None,
-                      collectors: Sequence[str] | None = None) -> list[InventoryItem]:
+                      collectors: Sequence[str] | None = None, probe: Probe | None = None) -> list[InventoryItem]:
     """Run the collectors and return their items, grouped by category.
 
     Args:
@@ -717,6 +717,8 @@ def collect_inventory(cfg: Any, *, env: Mapping[str, str] | None = None,
         env: environment variables to read (SLURM's, ``PATH``) and to run commands
             with; defaults to ``os.environ``.
         collectors: names from :data:`COLLECTORS` to run; all of them by default.
+        probe: read through this :class:`Probe` instead of one made from ``cfg`` and ``env`` (whose
+            command outputs the caller shares; ``cfg`` is then not read).
 
     Returns:
         the items; a collector that raised contributes one item
@@ -725,8 +727,9 @@ def collect_inventory(cfg: Any, *, env: Mapping[str, str] | None = None,
     Raises:
         RegistryError: a name in ``collectors`` is not registered (lists those that are).
     """
-    probe = Probe(root=Path(cfg.sysfs_root), env=dict(os.environ if env is None else env),
-                  include_commands=cfg.include_commands, timeout_s=cfg.command_timeout_s)
+    if probe is None:
+        probe = Probe(root=Path(cfg.sysfs_root), env=dict(os.environ if env is None else env),
+                      include_commands=cfg.include_commands, timeout_s=cfg.command_timeout_s)
     items: list[InventoryItem] = []
     if collectors is None:
         collectors = _DEFINED_ORDER + [n for n in COLLECTORS.names() if n not in _DEFINED_ORDER]

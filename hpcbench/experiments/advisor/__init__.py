@@ -4,7 +4,7 @@ from hpcbench.advise.recommend import OVERLAP_MICRO_STEPS
 from hpcbench.cluster.network import parse_rate
 from hpcbench.core.metrics import allreduce_bytes_sent
 from hpcbench.experiments import ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.advisor.claims import CLAIMS
+from hpcbench.experiments.advisor.claims import APPLICABILITY, CLAIMS
 from hpcbench.experiments.advisor.config import AdvisorConfig
 from hpcbench.experiments.advisor.present import present_advisor
 from hpcbench.experiments.advisor.rules import RULES
@@ -51,7 +51,7 @@ TOY = dict(bandwidth_batch_size=1, latency_batch_size=1, compute_batch_size=4, w
 
 
 SPEC = register(Experiment(
-    name="advisor", notebook="13_advisor.ipynb", config=AdvisorConfig, claims=ClaimSet(RULES, declared=CLAIMS),
+    name="advisor", notebook="13_advisor.ipynb", config=AdvisorConfig, claims=ClaimSet(RULES, declared=CLAIMS, applicability=APPLICABILITY),
     summarize=summarize, present=present_advisor, estimate=estimate, toy=TOY,
     description="three link phases (slow link, tiny buckets, compute-heavy step): the advisor's pick from the "
                 "baseline's records against the measured gain of compression, topology-aware reduction and "

@@ -19,6 +19,7 @@ import pandas as pd
 
 from hpcbench.core.results import json_object
 from hpcbench.guide.claims import S6, TECHNIQUE, Claim
+from hpcbench.judge.applicability import SLOW_LINK
 from hpcbench.judge.verdict import Reference
 from hpcbench.scale import algorithms as alg
 
@@ -59,7 +60,7 @@ def hierarchical_cannot_win(launch: pd.Series) -> str | None:
 
 #: Per technique, why it cannot win on a launch (from its recorded facts), or None when it could.
 #: Compression (fewer bytes) and accumulation (fewer synchronisations) can wherever there is an
-#: inter-node link, which every counted launch has (:func:`hpcbench.judge.rulekit.slow_link_problem`).
+#: inter-node link, which every counted launch has (:data:`C14_APPLIES`).
 PICK_CANNOT_WIN = {"hierarchical": hierarchical_cannot_win}
 
 
@@ -72,3 +73,7 @@ C14 = Claim("C14", TECHNIQUE, S6,
             title="Communication optimisation priority", headline="compression, topology, then overlap")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C14,)
+#: Every technique the advisor picks among spares the inter-node link: C14 needs a slower one.
+C14_APPLIES = SLOW_LINK
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C14": C14_APPLIES}

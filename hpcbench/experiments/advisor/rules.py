@@ -26,7 +26,7 @@ intervals. **Reproduced** when every regime of the three (bandwidth, latency, co
 distinguishable best and agrees; **not reproduced** when a distinguishable best disagrees with the
 pick; **inconclusive** otherwise. Applicability, from recorded facts only: the regimes differ by
 their link, so the run needs a real inter-node link
-(:func:`~hpcbench.judge.rulekit.slow_link_problem`) and a phase whose link was not shaped for
+(:data:`~hpcbench.experiments.advisor.claims.C14_APPLIES`) and a phase whose link was not shaped for
 it (``shaped`` False) does not count.
 
 **Only where the pick could win.** A regime tests C14's order only where the technique the order
@@ -57,11 +57,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from hpcbench.experiments.advisor.claims import FASTER, PICK_CANNOT_WIN, hierarchical_cannot_win  # noqa: F401 (tests)
+from hpcbench.experiments.advisor.claims import C14_APPLIES, FASTER, PICK_CANNOT_WIN, hierarchical_cannot_win  # noqa: F401 (tests)
 from hpcbench.experiments.advisor.config import BASELINE, REGIME_NAMES, TECHNIQUES
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement, paired_samples
-from hpcbench.judge.rulekit import in_group, launch_groups, slow_link_problem
+from hpcbench.judge.rulekit import in_group, launch_groups
 from hpcbench.judge.verdict import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, Outcome, judge_family,
                                     paired_comparison, paired_ratio)
 
@@ -118,7 +118,7 @@ def regime_results(evidence: Evidence) -> tuple[list[RegimeResult], list[tuple[R
     """Every (group, regime)'s pick and gains, and the pairwise comparisons still to be judged as one family."""
     results, family = [], []
     for group_text, launches in launch_groups(evidence):
-        why_not = slow_link_problem(launches.iloc[0])
+        why_not = C14_APPLIES(launches.iloc[0])
         s = in_group(evidence.summaries, launches)
         for regime in [r for r in REGIME_NAMES if (s["regime"] == r).any()]:
             mine = s[s["regime"] == regime]

@@ -3,7 +3,7 @@
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.batch_scaling.claims import CLAIMS, TEST_REGIME
+from hpcbench.experiments.batch_scaling.claims import APPLICABILITY, CLAIMS, TEST_REGIME
 from hpcbench.experiments.batch_scaling.config import BatchScalingConfig
 from hpcbench.experiments.batch_scaling.prediction import PREDICTIONS
 from hpcbench.experiments.batch_scaling.present import present_batch_scaling
@@ -61,7 +61,8 @@ TOY = dict(model="gpt2_tiny", base_batch=2, seq_len=32, factors=[1, 4], steps=2,
 SPEC = register(Experiment(
     name="batch_scaling", notebook="01_batch_scaling.ipynb", config=BatchScalingConfig,
     # the predictions' measured inputs: the scale model's launches
-    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C2": TEST_REGIME}, declared=CLAIMS),
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C2": TEST_REGIME}, declared=CLAIMS,
+                    applicability=APPLICABILITY),
     summarize=summarize, present=present_batch_scaling, estimate=estimate, toy=TOY,
     description="per-rank throughput and memory for 1x..8x a base batch, with and without gradient accumulation",
 ))

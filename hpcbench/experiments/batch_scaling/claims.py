@@ -21,6 +21,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 from __future__ import annotations
 
 from hpcbench.guide.claims import FIGURE, S11, Claim
+from hpcbench.judge.applicability import SLOW_LINK
 from hpcbench.judge.feasibility import Reach, accumulation_cap
 from hpcbench.judge.verdict import GAIN_SHARE
 from hpcbench.scale.regime import GuideRegime
@@ -103,3 +104,7 @@ C2 = Claim("C2", FIGURE, S11,
            _arithmetic(), title="4x batch with accumulation", headline="+220 % per GPU")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C2,)
+#: A larger batch spares synchronisations across nodes: C2 applies only across a slower inter-node link.
+C2_APPLIES = SLOW_LINK
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C2": C2_APPLIES}

@@ -25,7 +25,7 @@ measurement (:mod:`hpcbench.judge.feasibility`), each stated on its own:
   least 80 % of that gain and at least :data:`MIN_GAIN`. A launch whose regime leaves less room than
   that is **not testable here**; one with no recorded busy share is not applicable.
 * **Applicability**: accumulation spares synchronisations, so only where one crosses a link slower
-  than the intra-node one (:func:`~hpcbench.judge.rulekit.slow_link_problem`).
+  than the intra-node one (:data:`~hpcbench.experiments.batch_scaling.claims.C2_APPLIES`).
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.core.results import json_object
-from hpcbench.experiments.batch_scaling.claims import (GUIDE_C2_BATCH_FACTOR, MIN_GAIN, accumulating_factor,
+from hpcbench.experiments.batch_scaling.claims import (C2_APPLIES, GUIDE_C2_BATCH_FACTOR, MIN_GAIN, accumulating_factor,
                                                        mechanism_reach)
 from hpcbench.experiments.batch_scaling.prediction import guide_consistency
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.feasibility import decide
-from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
 from hpcbench.judge.verdict import WORK_OVER_TIME_RATES, Reference
 from hpcbench.scale.regime import group_reached_busy
 
@@ -77,7 +77,7 @@ def rule_c2(claim: Claim, evidence: Evidence) -> Judgement:
             f"inter-node link. The guide names no model, so no regime independent of its figure exists: the +220 % is "
             f"judged by arithmetic, the mechanism by measurement.")
     judgement = judge_comparisons(evidence, comparisons,
-                                  applies=slow_link_problem, what=what,
+                                  applies=C2_APPLIES, what=what,
                                   ignore_params=("calibration_rates", "calibration_steps"))
     return decide(judgement, guide_consistency())
 

@@ -3,7 +3,7 @@
 from hpcbench.core.metrics import busbw_factor
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.collectives.claims import CLAIMS
+from hpcbench.experiments.collectives.claims import APPLICABILITY, CLAIMS
 from hpcbench.experiments.collectives.config import DTYPES, CollectivesConfig
 from hpcbench.experiments.collectives.present import present_collectives
 from hpcbench.experiments.collectives.rules import RULES
@@ -61,7 +61,7 @@ TOY = dict(ops=["all_reduce", "all_gather"], max_bytes=65536, warmup_iters=1, it
 
 SPEC = register(Experiment(
     name="collectives", notebook="10_collectives.ipynb", config=CollectivesConfig,
-    claims=ClaimSet(RULES, declared=CLAIMS), reads=("environment",),
+    claims=ClaimSet(RULES, declared=CLAIMS, applicability=APPLICABILITY), reads=("environment",),
     summarize=summarize, present=present_collectives, estimate=estimate, toy=TOY,
     description="nccl-tests-style collective sweep (algbw, busbw, p50/p99) on world, intra-node and inter-node groups",
 ))

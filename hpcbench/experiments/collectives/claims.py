@@ -12,7 +12,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 * **the regime**: none;
 * **the comparison and its band**: C10, all_reduce busbw with the guide's four settings over NCCL's defaults,
   at least :data:`C10_GAIN`;
-* **what the platform can show**: no cap is computed; C10 applies only with NCCL;
+* **what the platform can show**: no cap is computed; C10 applies only with NCCL (:data:`APPLICABILITY`);
 * **the rules**: :func:`hpcbench.experiments.collectives.rules.rule_c10` and
   :func:`hpcbench.experiments.collectives.rules.rule_c16` (context, no verdict).
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 from hpcbench.core.facts import LINK_PEAKS_GBPS, NCCL_DEFAULT_BUFFSIZE, NCCL_SOCKET_THREADS_LIMIT
 from hpcbench.core.units import format_bytes, format_gbps
 from hpcbench.guide.claims import ANECDOTE, S4, S11, TECHNIQUE, Claim
+from hpcbench.judge.applicability import NCCL, requires
 
 #: C10's "recommended NCCL tuning": the four variables and their values, as the guide writes them.
 GUIDE_C10_NCCL_SETTINGS = {"NCCL_ALGO": "Tree", "NCCL_NSOCKS_PERTHREAD": "4",
@@ -74,3 +75,7 @@ C16 = Claim("C16", ANECDOTE, S11,
             title="The guide's platform", headline="8 x A100, 200 Gb/s HDR")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C10, C16)
+#: C10's settings are NCCL's: any other backend ignores them.
+C10_APPLIES = requires(NCCL.because(", which ignores NCCL_* settings"))
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C10": C10_APPLIES}

@@ -16,7 +16,7 @@ import pandas as pd
 
 from hpcbench.core.facts import LINK_PEAKS_GBPS
 from hpcbench.core.units import format_gbps
-from hpcbench.experiments.collectives.claims import C10_GAIN, GUIDE_C10_NCCL_SETTINGS
+from hpcbench.experiments.collectives.claims import C10_APPLIES, C10_GAIN, GUIDE_C10_NCCL_SETTINGS
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import CONTEXT, NO_VALUE, Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, judge_comparisons
@@ -67,13 +67,6 @@ def settings_kind(params_json: str) -> str | None:
     return None
 
 
-def nccl_problem(launch: pd.Series) -> str | None:
-    backend = str(launch.get("backend") or "")
-    if backend == "nccl":
-        return None
-    return f"ran on {backend or 'an unrecorded backend'}, which ignores NCCL_* settings"
-
-
 def rule_c10(claim: Claim, evidence: Evidence) -> Judgement:
     """C10: all_reduce busbw with the guide's NCCL settings over NCCL's defaults, matched launches."""
     s = evidence.summaries
@@ -99,7 +92,7 @@ def rule_c10(claim: Claim, evidence: Evidence) -> Judgement:
     what = (f"Paired by run and repetition: median busbw of all_reduce at the largest size both measured, on the "
             f"inter-node groups (world if none), with the guide's four NCCL settings over NCCL's defaults; "
             f"reference: >= {C10_GAIN}x; applies only with NCCL.")
-    return judge_comparisons(evidence, comparisons, applies=nccl_problem, what=what,
+    return judge_comparisons(evidence, comparisons, applies=C10_APPLIES, what=what,
                              ignore_params=tuple(NCCL_SETTING_FIELDS))
 
 

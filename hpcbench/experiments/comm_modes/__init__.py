@@ -3,7 +3,7 @@
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.diag.records import TRACE_STEPS
 from hpcbench.experiments import ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.comm_modes.claims import CLAIMS, GUIDE_REGIME
+from hpcbench.experiments.comm_modes.claims import APPLICABILITY, CLAIMS, GUIDE_REGIME
 from hpcbench.experiments.comm_modes.config import CommModesConfig
 from hpcbench.experiments.comm_modes.prediction import PREDICTIONS
 from hpcbench.experiments.comm_modes.present import present_comm_modes
@@ -48,7 +48,8 @@ TOY = dict(models=["gpt2_tiny"], modes=["ddp", "hierarchical"], batch_size=2, wa
 SPEC = register(Experiment(
     name="comm_modes", notebook="02_comm_modes.ipynb", config=CommModesConfig,
     # the predictions' measured inputs: the scale model's launches
-    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C3": GUIDE_REGIME}, declared=CLAIMS),
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C3": GUIDE_REGIME}, declared=CLAIMS,
+                    applicability=APPLICABILITY),
     summarize=summarize, present=present_comm_modes, estimate=estimate, toy=TOY,
     description="flat DDP vs hybrid DP+DDP vs hierarchical reduction: samples/s, step p50/p99, communication "
                 "share, gradient bucket sweep",

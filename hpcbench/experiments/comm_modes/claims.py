@@ -14,6 +14,8 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 * **the comparisons and their bands**: C3, the two-level mode over plain DDP at DDP's default bucket,
   at least 80 % of the guide's gain; C17, a bucket of one IB MTU (:data:`IB_MTU_BUCKET_MB`) over DDP's
   default, at least :data:`C17_SHARE`;
+* **where they apply** (:data:`APPLICABILITY`): C3 where an inter-node link is slower than the intra-node one
+  (:data:`~hpcbench.judge.applicability.SLOW_LINK`), C17 only with NCCL over InfiniBand;
 * **what the platform can show**: :func:`topology_reach` (Amdahl over the bytes a two-level reduction
   spares on one link per node, :func:`two_level_bytes_share`);
 * **prediction at the guide's scale**: :func:`hpcbench.experiments.comm_modes.prediction.predict_c3`;
@@ -26,6 +28,7 @@ from __future__ import annotations
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES, IB_MTU_BYTES
 from hpcbench.core.units import format_bytes
 from hpcbench.guide.claims import FIGURE, S21, TECHNIQUE, Claim, gain_percent
+from hpcbench.judge.applicability import INFINIBAND, NCCL, SLOW_LINK, requires
 from hpcbench.judge.feasibility import Reach, partial_cap
 from hpcbench.judge.verdict import GAIN_SHARE
 from hpcbench.scale.regime import GuideRegime
@@ -175,3 +178,10 @@ C17 = Claim("C17", TECHNIQUE, S21,
             title="Topology groups, RDMA, MTU buckets", headline="bucket size = IB MTU")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C3, C17)
+#: C3: a two-level reduction spares bytes on the inter-node link, so it shows only where that link is slower.
+C3_APPLIES = SLOW_LINK
+#: C17's advice is about the InfiniBand MTU: it applies only where NCCL carries the reduction over IB verbs.
+C17_APPLIES = requires(INFINIBAND.because(", so there is no IB MTU to match"),
+                       NCCL.because(", not NCCL over IB verbs"))
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C3": C3_APPLIES, "C17": C17_APPLIES}

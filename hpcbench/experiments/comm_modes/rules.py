@@ -33,13 +33,14 @@ import pandas as pd
 
 from hpcbench.core.facts import DDP_DEFAULT_BUCKET_BYTES
 from hpcbench.core.results import json_object
-from hpcbench.experiments.comm_modes.claims import (C3_FIGURES, C17_SHARE, CALIBRATED_FAMILY, GPT2_OUT_OF_REACH,
-                                                    GUIDE_REGIME, IB_MTU_BUCKET_MB, topology_reach)
+from hpcbench.experiments.comm_modes.claims import (C3_APPLIES, C3_FIGURES, C17_APPLIES, C17_SHARE, CALIBRATED_FAMILY,
+                                                    GPT2_OUT_OF_REACH, GUIDE_REGIME, IB_MTU_BUCKET_MB,
+                                                    topology_reach)
 from hpcbench.experiments.comm_modes.prediction import guide_consistency
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.feasibility import decide
-from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
 from hpcbench.judge.verdict import WORK_OVER_TIME_RATES, Reference, gain_reference
 from hpcbench.scale.regime import group_reached_busy, key_launches_by_regime, regime_applies, with_measured_busy
 
@@ -111,19 +112,10 @@ def rule_c3(claim: Claim, evidence: Evidence) -> Judgement:
             f"regime no cluster runs in and is not judged; the reachable gain is read from each group's topology and "
             f"reached busy share before any throughput.")
     judgement = judge_comparisons(dataclasses.replace(evidence, launches=launches), comparisons,
-                                  applies=slow_link_problem, what=what,
+                                  applies=C3_APPLIES, what=what,
                                   ignore_params=("bucket_cap_mb", "modes", "models", "calibration_rates",
                                                  "calibration_steps"))
     return decide(judgement, guide_consistency())
-
-
-def infiniband_problem(launch: pd.Series) -> str | None:
-    """C17's advice is about the InfiniBand MTU: it applies only where InfiniBand carries the reduction."""
-    if str(launch.get("infiniband") or "absent") != "present":
-        return "no active InfiniBand port was recorded, so there is no IB MTU to match"
-    if str(launch.get("backend") or "") != "nccl":
-        return f"the reduction ran on {launch.get('backend') or 'an unrecorded backend'}, not NCCL over IB verbs"
-    return None
 
 
 def rule_c17(claim: Claim, evidence: Evidence) -> Judgement:
@@ -143,7 +135,7 @@ def rule_c17(claim: Claim, evidence: Evidence) -> Judgement:
     what = (f"Paired per launch: median total throughput with a 4 KiB (IB MTU) bucket over DDP's default "
             f"{DEFAULT_BUCKET_MB:g} MiB bucket, same model and mode; reference: >= {C17_SHARE:g}x (matching the "
             f"MTU is advice to follow only if it costs nothing); applies only with NCCL over InfiniBand.")
-    return judge_comparisons(evidence, comparisons, applies=infiniband_problem, what=what,
+    return judge_comparisons(evidence, comparisons, applies=C17_APPLIES, what=what,
                              ignore_params=("bucket_cap_mb", "modes", "models"))
 
 

@@ -5,7 +5,7 @@ import math
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
 from hpcbench.experiments.fault_tolerance.config import FaultToleranceConfig
-from hpcbench.experiments.fault_tolerance.claims import CLAIMS, GUIDE_C15_TRIES
+from hpcbench.experiments.fault_tolerance.claims import APPLICABILITY, CLAIMS, GUIDE_C15_TRIES
 from hpcbench.experiments.fault_tolerance.present import present_fault_tolerance
 from hpcbench.experiments.fault_tolerance.rules import RULES
 from hpcbench.experiments.fault_tolerance.summary import summarize
@@ -104,7 +104,7 @@ TOY = dict(models=["gpt2_tiny"], zstd_levels=[0, 3], repeats=2, steps_between_sa
 
 SPEC = register(Experiment(
     name="fault_tolerance", notebook="08_fault_tolerance.ipynb", config=FaultToleranceConfig,
-    claims=ClaimSet(RULES, declared=CLAIMS),
+    claims=ClaimSet(RULES, declared=CLAIMS, applicability=APPLICABILITY),
     summarize=summarize, present=present_fault_tolerance, estimate=estimate, toy=TOY,
     description="full and light checkpoints (size, time per phase, zstd by level, bf16 vs fp32), async vs sync "
                 "stall, overhead at the guide's intervals, recovery, work lost per failure, 3-try wrapper survival",

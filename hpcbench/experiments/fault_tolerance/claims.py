@@ -15,7 +15,8 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
   are repaired before the next try; failed jobs with the wrapper over ``p_try^3`` within
   :func:`survival_reference`; what the platform can show: fewer than :data:`MIN_EXPECTED_FAILURES` expected
   failures cannot tell 3 tries from 2 or 4;
-* **the regime**: none (techniques, judged on whether they work as described);
+* **the regime**: none (techniques, judged on whether they work as described); C11 applies only where the
+  checkpoints go to storage, not to a file system held in memory (:data:`APPLICABILITY`);
 * **the rules**: :func:`hpcbench.experiments.fault_tolerance.rules.rule_c11` and
   :func:`hpcbench.experiments.fault_tolerance.rules.rule_c15`.
 """
@@ -23,6 +24,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 from __future__ import annotations
 
 from hpcbench.guide.claims import S6, S25, TECHNIQUE, Claim
+from hpcbench.judge.applicability import STORAGE_WRITE, requires
 from hpcbench.judge.verdict import Reference
 
 #: C11 (guide sec. 6, "Best practices"): "save the full training state every hour".
@@ -85,3 +87,7 @@ C15 = Claim("C15", TECHNIQUE, S25,
             title="Three-level fault tolerance", headline="srun retried up to 3 times")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C11, C15)
+#: C11's overhead is a storage write: a checkpoint folder in memory measures none.
+C11_APPLIES = requires(STORAGE_WRITE.because(": no storage write was measured"))
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C11": C11_APPLIES}

@@ -70,7 +70,7 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.core.results import json_object
-from hpcbench.experiments.fault_tolerance.claims import (C11_MIN_NEWEST_SHARE, C11_MIN_RATIO, C11_OVERHEAD_PCT,
+from hpcbench.experiments.fault_tolerance.claims import (C11_APPLIES, C11_MIN_NEWEST_SHARE, C11_MIN_RATIO, C11_OVERHEAD_PCT,
                                                         C15_MIN_SHARE, GUIDE_C11_FULL_EVERY_S, GUIDE_C11_LIGHT_EVERY_S,
                                                         GUIDE_C15_TRIES, MIN_EXPECTED_FAILURES, affordable_save_s,
                                                         survival_reference)
@@ -80,19 +80,10 @@ from hpcbench.judge.rulekit import Level, in_group, judge_levels, launch_groups
 from hpcbench.judge.verdict import (CONFIDENCE, INCONCLUSIVE, Interval, Outcome, Reference, clopper_pearson, combine,
                                     judge, mean_interval, share_outcome)
 
-IN_MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 NOT_APPLICABLE = "not applicable: "
 
 
 # -- C11 ----------------------------------------------------------------------------------
-
-def storage_problem(launch: pd.Series) -> str | None:
-    """C11's overhead is a storage write; a checkpoint folder in memory measured none."""
-    fs = str(launch.get("storage.filesystem") or "unknown")
-    if fs.split()[0].lower() in IN_MEMORY_FILESYSTEMS:
-        return f"the checkpoints were written to {fs}, which holds them in memory: no storage write was measured"
-    return None
-
 
 def _interval_problem(params: dict, name: str, guide: float) -> str:
     value = params.get(name)
@@ -138,7 +129,7 @@ def work_lost_members(evidence: Evidence) -> list[tuple[str, Outcome, str | None
     confidence = 1 - (1 - CONFIDENCE) / 2
     for group_text, launches in groups:
         first = launches.iloc[0]
-        why_not = storage_problem(first) or _interval_problem(json_object(first["params"]), "light_interval_s",
+        why_not = C11_APPLIES(first) or _interval_problem(json_object(first["params"]), "light_interval_s",
                                                               GUIDE_C11_LIGHT_EVERY_S) or None
         rows = select(in_group(evidence.summaries, launches), {"phase": "failure"})
         if "restored_newest_samples" not in rows.columns:  # records from before work lost was measured in wall time
@@ -206,7 +197,7 @@ def rule_c11(claim: Claim, evidence: Evidence) -> Judgement:
             f"model and dtype must hold; launches whose restored state differed from the saved one do not count; "
             f"nothing applies to checkpoints written to memory (tmpfs).")
     judgement = _members_judgement(evidence, work_lost_members(evidence), what,
-                                   base=judge_levels(evidence, levels, applies=storage_problem, what=what))
+                                   base=judge_levels(evidence, levels, applies=C11_APPLIES, what=what))
     note = storage_rate_note(evidence)
     return dataclasses.replace(judgement, detail=f"{judgement.detail} {note}") if note else judgement
 

@@ -2,7 +2,7 @@
 
 from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.experiments import ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.gradient_compression.claims import CLAIMS, GUIDE_REGIME
+from hpcbench.experiments.gradient_compression.claims import APPLICABILITY, CLAIMS, GUIDE_REGIME
 from hpcbench.experiments.gradient_compression.config import CompressionConfig
 from hpcbench.experiments.gradient_compression.prediction import PREDICTIONS
 from hpcbench.experiments.gradient_compression.present import present_compression
@@ -50,7 +50,7 @@ SPEC = register(Experiment(
     name="gradient_compression", notebook="04_gradient_compression.ipynb", config=CompressionConfig,
     # the predictions' measured inputs: the scale model's launches
     claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C8": GUIDE_REGIME},
-                    declared=CLAIMS),
+                    declared=CLAIMS, applicability=APPLICABILITY),
     summarize=summarize, present=present_compression, estimate=estimate, toy=TOY,
     description="gradient compression (none, fp16, bf16, PowerSGD, 2-bit with and without error feedback): bytes "
                 "on the wire, communication time, samples/s, loss after the same samples, gradient error",

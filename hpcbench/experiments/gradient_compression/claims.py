@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from hpcbench.core.units import format_bytes
 from hpcbench.guide.claims import S3, TECHNIQUE as TECHNIQUE_KIND, Claim
+from hpcbench.judge.applicability import SLOW_LINK
 from hpcbench.guide.statements import WEATHER_ORIGINAL_UTIL
 from hpcbench.parallel.compression import GUIDE_BUCKET_BYTES, GUIDE_CODE_BITS
 from hpcbench.scale.regime import GuideRegime
@@ -67,3 +68,7 @@ C8 = Claim("C8", TECHNIQUE_KIND, S3,
            title="2-bit gradient compression", headline="2 bits, 4 MB buckets")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C8,)
+#: C8 spares inter-node bytes: it applies only where the inter-node link is slower than the intra-node one.
+C8_APPLIES = SLOW_LINK
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C8": C8_APPLIES}

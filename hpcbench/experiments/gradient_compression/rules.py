@@ -27,7 +27,7 @@ communication optimisations"; predicted: 16x less traffic for compressed buckets
   plain reduction of the same values. A series failing one is left out and named, so its launch
   gives no pair and does not count.
 
-Applicability, from recorded facts (:func:`~hpcbench.judge.rulekit.slow_link_problem`): the
+Applicability, from recorded facts (:data:`~hpcbench.experiments.gradient_compression.claims.C8_APPLIES`): the
 claim is about sparing the inter-node link, so it needs one — the emulated cluster's shaped link
 or SLURM with nodes >= 2; one node or emulated nodes on one loopback are inconclusive whatever
 the values. Fewer than 5 launches x 5 steps: inconclusive (n = ...).
@@ -65,14 +65,14 @@ from typing import Callable
 import pandas as pd
 
 from hpcbench.core.results import json_object
-from hpcbench.experiments.gradient_compression.claims import (BASELINE, C8_MIN_GAIN, C8_MIN_REDUCTION, C8_REDUCTION,
+from hpcbench.experiments.gradient_compression.claims import (BASELINE, C8_APPLIES, C8_MIN_GAIN, C8_MIN_REDUCTION, C8_REDUCTION,
                                                               GUIDE_C8_BITS, GUIDE_C8_BUCKET_BYTES, GUIDE_REGIME,
                                                               TECHNIQUE)
 from hpcbench.experiments.gradient_compression.config import REACHED_METRIC
 from hpcbench.experiments.gradient_compression.summary import LOSS_TOLERANCE
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NO_VALUE, Evidence, Judgement
-from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels, slow_link_problem
+from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels
 from hpcbench.judge.verdict import Reference, combine_verdicts
 from hpcbench.parallel.compression import is_skipped
 from hpcbench.scale.regime import FACT_REACHED, MATCHED, MISSED, finite_number, regime_reason
@@ -232,7 +232,7 @@ def rule_c8(claim: Claim, evidence: Evidence) -> Judgement:
 
     def applies(launch: pd.Series) -> str | None:
         reasons = [setting_problem(launch, bits.get((launch["run_id"], launch["task_id"]))),
-                   slow_link_problem(launch)]
+                   C8_APPLIES(launch)]
         reasons = [r for r in reasons if r]
         return "; ".join(reasons) if reasons else None
 

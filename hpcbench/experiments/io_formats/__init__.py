@@ -2,7 +2,7 @@
 
 from hpcbench.core.units import approx_bytes
 from hpcbench.experiments import TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.io_formats.claims import CLAIMS
+from hpcbench.experiments.io_formats.claims import APPLICABILITY, CLAIMS
 from hpcbench.experiments.io_formats.config import IoFormatsConfig
 from hpcbench.experiments.io_formats.present import present_io_formats
 from hpcbench.experiments.io_formats.rules import RULES
@@ -60,7 +60,7 @@ TOY = dict(images=24, classes=3, mean_image_kb=20, shard_size=100_000, prefetch_
 
 SPEC = register(Experiment(
     name="io_formats", notebook="03_io_formats.ipynb", config=IoFormatsConfig,
-    claims=ClaimSet(RULES, declared=CLAIMS),
+    claims=ClaimSet(RULES, declared=CLAIMS, applicability=APPLICABILITY),
     summarize=summarize, present=present_io_formats, estimate=estimate, toy=TOY,
     description="small files vs HDF5 / TFRecord / tar shards, cold cache: samples/s, MB/s, read p50/p99, file "
                 "opens, accelerator idle share, prefetch depth, node-local staging, shard repair",

@@ -11,7 +11,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
   :data:`C5_SPEEDUP` x the small files' samples/s; the guide's buffer must reach :data:`C5_BUFFER_SHARE` of
   one twice as deep; node-local staging must gain :data:`C5_SPEEDUP` x;
 * **the regime**: none; both claims apply only where the data is on Lustre (the launch's recorded
-  ``storage.filesystem``): :func:`hpcbench.experiments.io_formats.rules.lustre_problem`;
+  ``storage.filesystem``): :data:`APPLICABILITY`;
 * **the rules**: :func:`hpcbench.experiments.io_formats.rules.rule_c4` and
   :func:`hpcbench.experiments.io_formats.rules.rule_c5`.
 """
@@ -19,6 +19,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 from __future__ import annotations
 
 from hpcbench.guide.claims import FIGURE, S22, TECHNIQUE, Claim
+from hpcbench.judge.applicability import LUSTRE, requires
 
 #: C4 (guide sec. 2.2, "Storage I/O bottleneck"): reading ImageNet as small files from Lustre "left the GPUs idle
 #: 65 % of the time".
@@ -59,3 +60,11 @@ C5 = Claim("C5", TECHNIQUE, S22,
            title="Formats, prefetch, NVMe cache fix I/O", headline="fixes the storage bottleneck")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C4, C5)
+#: C4 is about Lustre's metadata server; C5's fixes are fixes of that bottleneck, so C5 applies exactly
+#: where C4 does (each says why in its own words).
+C4_APPLIES = requires(LUSTRE.because("; C4 is about Lustre's metadata server, whose small-file cost no local "
+                                     "file system has"))
+C5_APPLIES = requires(LUSTRE.because("; C5's fixes are for C4's Lustre metadata-server bottleneck, which no "
+                                     "local file system has"))
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C4": C4_APPLIES, "C5": C5_APPLIES}

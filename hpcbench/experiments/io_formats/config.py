@@ -12,6 +12,8 @@ FORMATS = ("files", "hdf5", "tfrecord", "tar")
 VERIFY_MODES = ("sha256", "size", "none")
 #: The readers' orders (hpcbench.data.readers.base.ORDERS), named here so that the config imports no torch.
 READ_ORDERS = ("samples", "runs")
+#: The readers' JPEG decodes (hpcbench.data.readers.base.JPEG_DECODES), named here for the same reason.
+JPEG_DECODES = ("scaled", "full")
 
 
 @dataclass
@@ -51,7 +53,10 @@ class IoFormatsConfig(Config):
     compute_ms: float = param(20.0, "emulated accelerator compute per batch, in ms (DLIO-style)", min=0)
     image_size: int = param(128, "decoded images are resized to this square size; 0 keeps their size",
                             min=0, max=8192)
-    decode: bool = param(True, "decode JPEGs to tensors (torchvision); false measures storage alone")
+    decode: bool = param(True, "decode JPEGs to tensors (jpeg_decode says how); false measures storage alone")
+    jpeg_decode: str = param("scaled", "scaled: decode at the smallest DCT scale that covers image_size; full: at "
+                                       "full size; both then resize (scaled: libjpeg's 1/2, 1/4 or 1/8, the "
+                                       "reader's jpeg_decode)", choices=JPEG_DECODES)
     verify: str = param("sha256", "shard check on open: sha256 (resilient, reads each shard whole), size, none",
                         choices=VERIFY_MODES)
     cold_cache: bool = param(True, "evict the data set's files from the page cache before every measured epoch")

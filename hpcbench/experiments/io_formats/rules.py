@@ -5,7 +5,8 @@ value is read: the most DataLoader workers it ran and the guide's buffer
 (``prefetch_factor = 1``: num_workers x batch_size samples in flight), cold page cache,
 the ``sweep`` phase. A step is one batch (waiting for it plus the emulated compute).
 
-Both claims apply only where the data is on Lustre (the launch's recorded ``storage.filesystem``).
+Both claims apply only where the data is on Lustre (the launch's recorded ``storage.filesystem``;
+:data:`~hpcbench.experiments.io_formats.claims.APPLICABILITY`).
 C4 is about Lustre's metadata server. C5 follows it in the same section of the guide and claims
 that its three measures "fix the storage bottleneck": the bottleneck C4 names. Where that
 bottleneck is absent (a local file system has no metadata server to overload) a container format
@@ -21,8 +22,8 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcbench.core.results import json_object
-from hpcbench.experiments.io_formats.claims import (C4_IDLE_LOWER, C5_BUFFER_SHARE, C5_FORMATS, C5_SPEEDUP,
-                                                    GUIDE_C4_IDLE, GUIDE_PREFETCH)
+from hpcbench.experiments.io_formats.claims import (C4_APPLIES, C4_IDLE_LOWER, C5_APPLIES, C5_BUFFER_SHARE,
+                                                    C5_FORMATS, C5_SPEEDUP, GUIDE_C4_IDLE, GUIDE_PREFETCH)
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, Level, judge_comparisons, judge_levels
@@ -39,23 +40,6 @@ def setting_of(launch: pd.Series) -> tuple[int, int]:
     return int(workers), int(prefetch)
 
 
-def lustre_problem(launch: pd.Series) -> str | None:
-    fs = str(launch.get("storage.filesystem") or "unknown")
-    if fs.lower().startswith("lustre"):
-        return None
-    return (f"the data was on {fs}; C4 is about Lustre's metadata server, whose small-file cost no local "
-            f"file system has")
-
-
-def c5_problem(launch: pd.Series) -> str | None:
-    """None where C5 applies: where C4 does (C5's fixes are fixes of C4's Lustre bottleneck), else why not."""
-    if lustre_problem(launch) is None:
-        return None
-    fs = str(launch.get("storage.filesystem") or "unknown")
-    return (f"the data was on {fs}; C5's fixes are for C4's Lustre metadata-server bottleneck, which no local "
-            f"file system has")
-
-
 def rule_c4(claim: Claim, evidence: Evidence) -> Judgement:
     """C4: the accelerator idle share when reading small files (per-step idle share, per launch)."""
     def levels(launch: pd.Series) -> list[Level]:
@@ -69,7 +53,7 @@ def rule_c4(claim: Claim, evidence: Evidence) -> Judgement:
 
     what = (f"Idle share = 1 - compute / step time per batch with an emulated step (DLIO), cold page cache; "
             f"reference: >= {C4_IDLE_LOWER:.0%} idle (the guide: {GUIDE_C4_IDLE:.0%}); applies only on Lustre.")
-    return judge_levels(evidence, levels, applies=lustre_problem, what=what)
+    return judge_levels(evidence, levels, applies=C4_APPLIES, what=what)
 
 
 def _staging_problem(evidence: Evidence, launch: pd.Series) -> str:
@@ -115,7 +99,7 @@ def rule_c5(claim: Claim, evidence: Evidence) -> Judgement:
             f"one twice as deep (>= {C5_BUFFER_SHARE}x), staged over unstaged (>= {C5_SPEEDUP}x, only where the "
             f"staging folder is another device); the claim needs every part. Applies only on Lustre, like C4: "
             f"the fixes are for C4's metadata-server bottleneck.")
-    return judge_comparisons(evidence, comparisons, applies=c5_problem, what=what)
+    return judge_comparisons(evidence, comparisons, applies=C5_APPLIES, what=what)
 
 
 RULES = {"C4": rule_c4, "C5": rule_c5}

@@ -220,13 +220,14 @@ def _labels(fmt: str, workers: int, prefetch: int, cfg: IoFormatsConfig, phase: 
     return {"format": fmt, "workers": workers, "prefetch_factor": prefetch, "batch_size": cfg.batch_size,
             "buffer_samples": buffer_samples(workers, cfg.batch_size, prefetch), "phase": phase,
             "worker_batching": cfg.worker_batching, "read_order": cfg.read_order,
-            "reuse_batch_memory": cfg.reuse_batch_memory}
+            "reuse_batch_memory": cfg.reuse_batch_memory, "jpeg_decode": cfg.jpeg_decode}
 
 
 def _open(folder: Path, cfg: IoFormatsConfig, **extra: Any):
     from hpcbench.data.readers import open_dataset
 
     options = dict(seed=cfg.seed, decode=cfg.decode, image_size=cfg.image_size or None, verify=cfg.verify,
+                   jpeg_decode=cfg.jpeg_decode,
                    batch_in_worker=cfg.batch_size if cfg.worker_batching else None, order=cfg.read_order,
                    # a worker's buffer comes round after the DataLoader's prefetch and what the consumer holds
                    batch_ring=max(cfg.prefetch_factors) + CONSUMER_HOLDS if cfg.reuse_batch_memory else 0)

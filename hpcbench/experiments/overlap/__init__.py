@@ -2,7 +2,7 @@
 
 from hpcbench.diag.records import BREAKDOWN_STEPS
 from hpcbench.experiments import ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.overlap.claims import CLAIMS
+from hpcbench.experiments.overlap.claims import APPLICABILITY, CLAIMS
 from hpcbench.experiments.overlap.config import OverlapExperimentConfig
 from hpcbench.experiments.overlap.prediction import PREDICTIONS
 from hpcbench.experiments.overlap.present import present_overlap
@@ -49,7 +49,8 @@ TOY = dict(batch_size=2, warmup_steps=1, steps=2, layout_repeats=2, loss_samples
 SPEC = register(Experiment(
     name="overlap", notebook="05_overlap.ipynb", config=OverlapExperimentConfig,
     # the predictions' measured inputs: the scale model's launches
-    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", declared=CLAIMS),
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", declared=CLAIMS,
+                    applicability=APPLICABILITY),
     summarize=summarize, present=present_overlap, estimate=estimate, toy=TOY,
     description="gradient accumulation under no_sync() for k micro-steps: counted synchronisations per sample, "
                 "samples/s, exposed vs total communication and the overlapped share",

@@ -19,6 +19,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 from __future__ import annotations
 
 from hpcbench.guide.claims import S3, TECHNIQUE, Claim
+from hpcbench.judge.applicability import SLOW_LINK
 from hpcbench.parallel.overlap import GUIDE_MICRO_STEPS
 
 #: "no_sync() for 4 micro-steps, then synchronising once": the technique's default.
@@ -34,3 +35,7 @@ C9 = Claim("C9", TECHNIQUE, S3,
            title="Local accumulation under no_sync()", headline="1 sync per 4 micro-steps")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C9,)
+#: C9 spares synchronisations over the inter-node link: it applies only where that link is slower.
+C9_APPLIES = SLOW_LINK
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C9": C9_APPLIES}

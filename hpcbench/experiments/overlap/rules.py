@@ -26,7 +26,7 @@ it works as described.
   launch-to-launch noise of a few % does not produce.
 
 Works as described if every model gains; does not if any model's interval lies below 1.05x.
-Applicability, from recorded facts only (:func:`~hpcbench.judge.rulekit.slow_link_problem`): the
+Applicability, from recorded facts only (:data:`~hpcbench.experiments.overlap.claims.C9_APPLIES`): the
 claim is about saving synchronisations over the inter-node link, so it needs one — the emulated
 cluster's shaped link or SLURM with nodes >= 2; one node or emulated nodes on one loopback are
 inconclusive whatever the values. Fewer than 5 launches x 5 steps: inconclusive (n = ...).
@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hpcbench.experiments.overlap.claims import C9_MIN_GAIN
+from hpcbench.experiments.overlap.claims import C9_APPLIES, C9_MIN_GAIN
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
-from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
 from hpcbench.judge.verdict import Reference
 from hpcbench.parallel.overlap import GUIDE_MICRO_STEPS
 
@@ -77,7 +77,7 @@ def rule_c9(claim: Claim, evidence: Evidence) -> Judgement:
             f"series that fails it, or its gradient, parameter-agreement or loss check, does not count. Applies "
             f"only where the inter-node link is slower than the intra-node one (the emulated cluster's shaped link "
             f"or real nodes).")
-    return judge_comparisons(evidence, c9_comparisons(models), applies=slow_link_problem, what=what,
+    return judge_comparisons(evidence, c9_comparisons(models), applies=C9_APPLIES, what=what,
                              ignore_params=("models", "micro_steps"))
 
 

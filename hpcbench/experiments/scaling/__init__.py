@@ -1,7 +1,7 @@
 """Experiment ``scaling``: 1 -> 2 -> 4 nodes, the C12 gate checked before each step out (C13)."""
 
 from hpcbench.experiments import RANK_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, Resources, register
-from hpcbench.experiments.scaling.claims import CLAIMS, GATE_REGIME
+from hpcbench.experiments.scaling.claims import APPLICABILITY, CLAIMS, GATE_REGIME
 from hpcbench.experiments.scaling.config import ScalingConfig
 from hpcbench.experiments.scaling.present import present_scaling
 from hpcbench.experiments.scaling.rules import RULES
@@ -51,7 +51,7 @@ TOY = dict(stages=[1, 2], batch_size=2, warmup_steps=1, steps=10, calibration_st
 SPEC = register(Experiment(
     name="scaling", notebook="11_scaling.ipynb", config=ScalingConfig,
     # C13 reads only the gates run in C12's regime
-    claims=ClaimSet(RULES, regimes={"C13": GATE_REGIME}, declared=CLAIMS),
+    claims=ClaimSet(RULES, regimes={"C13": GATE_REGIME}, declared=CLAIMS, applicability=APPLICABILITY),
     summarize=summarize, present=present_scaling, resources=resources, estimate=estimate, toy=TOY,
     description="progressive scaling 1 -> 2 -> 4 nodes under DDP: per-node efficiency at each stage, the C12 gate "
                 "checked before each step out, stopping with the check that failed",

@@ -17,6 +17,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 from __future__ import annotations
 
 from hpcbench.guide.claims import S6, TECHNIQUE, Claim
+from hpcbench.judge.applicability import INTER_NODE_LINK, requires
 from hpcbench.judge.verdict import Reference
 from hpcbench.practice.regime import GATE_REGIME
 
@@ -39,3 +40,8 @@ C13 = Claim("C13", TECHNIQUE, S6,
             title="Scale out progressively", headline="1 node -> 2-4 -> all")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C13,)
+#: Scaling out costs what the inter-node link costs: C13's stages must cross a real one.
+C13_APPLIES = requires(INTER_NODE_LINK.because(", so no stage crosses an inter-node link whose cost scaling out "
+                                              "could show"))
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C13": C13_APPLIES}

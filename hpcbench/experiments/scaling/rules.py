@@ -54,7 +54,7 @@ import pandas as pd
 
 from hpcbench.core.facts import EMULATED_CLUSTER
 from hpcbench.core.results import json_object
-from hpcbench.experiments.scaling.claims import C13_MIN_EFFICIENCY, CLEARED, GATE_REGIME, STOPPED
+from hpcbench.experiments.scaling.claims import C13_APPLIES, C13_MIN_EFFICIENCY, CLEARED, GATE_REGIME, STOPPED
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import Evidence, Judgement
 from hpcbench.judge.rulekit import Comparison, in_group, judge_comparisons
@@ -65,15 +65,6 @@ HOST_CPUS_FACT = "fact.host_cpus"
 POOLED_PARAMS = ("continue_past_gate", "calibration_steps")
 #: The summary row's reason when no launch's gate speaks for C12's (:meth:`SpreadRegime.no_gate_reason`'s words).
 NO_GATE_IN_REGIME = f"no gate ran in {GATE_REGIME.claim}'s regime"
-
-
-def link_problem(launch: pd.Series) -> str | None:
-    """None when the launch's stages cross a real inter-node link, else why not."""
-    cluster = str(launch.get("cluster") or "")
-    if cluster == EMULATED_CLUSTER or cluster.startswith("SLURM"):
-        return None
-    return (f"ran on {cluster or 'an unrecorded setup'}: the emulated nodes share one loopback, so no stage "
-            f"crosses an inter-node link whose cost scaling out could show")
 
 
 def cpu_problem(launch: pd.Series, nodes: int, ranks_per_node: int) -> str:
@@ -126,7 +117,7 @@ def _judge(evidence: Evidence, what: str, not_counted: str = "") -> Judgement:
     """The comparisons on ``evidence``'s launches; with ``not_counted``, every one is shown and not counted."""
     comparisons = (c13_comparisons if not not_counted
                    else lambda launch: [replace(c, not_applicable=not_counted) for c in c13_comparisons(launch)])
-    return judge_comparisons(evidence, comparisons, applies=link_problem, what=what, ignore_params=POOLED_PARAMS)
+    return judge_comparisons(evidence, comparisons, applies=C13_APPLIES, what=what, ignore_params=POOLED_PARAMS)
 
 
 def rule_c13(claim: Claim, evidence: Evidence) -> Judgement:

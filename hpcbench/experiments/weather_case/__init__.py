@@ -4,7 +4,7 @@ from hpcbench.cluster.link_phase import RESHAPE_TYPICAL_S
 from hpcbench.core.units import approx_bytes
 from hpcbench.diag.records import BREAKDOWN_STEPS, TRACE_STEPS
 from hpcbench.experiments import RANK_BYTES, TASK_BASE_BYTES, TASK_STARTUP_S, ClaimSet, Estimate, Experiment, register
-from hpcbench.experiments.weather_case.claims import CLAIMS, GUIDE_REGIME
+from hpcbench.experiments.weather_case.claims import APPLICABILITY, CLAIMS, GUIDE_REGIME
 from hpcbench.experiments.weather_case.config import WeatherCaseConfig
 from hpcbench.experiments.weather_case.prediction import PREDICTIONS
 from hpcbench.experiments.weather_case.present import present_weather_case
@@ -77,7 +77,8 @@ TOY = dict(stages=["original", "full"], micro_batch=2, loss_samples=8, warmup_st
 SPEC = register(Experiment(
     name="weather_case", notebook="20_weather_case.ipynb", config=WeatherCaseConfig,
     # the predictions' measured inputs: the scale model's launches
-    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C7": GUIDE_REGIME}, declared=CLAIMS),
+    claims=ClaimSet(RULES, PREDICTIONS, prediction_inputs="scale_model", regimes={"C7": GUIDE_REGIME}, declared=CLAIMS,
+                    applicability=APPLICABILITY),
     summarize=summarize, present=present_weather_case, estimate=estimate, toy=TOY,
     description="the guide's tuning case on a weather ViT: original -> hierarchical + tuned buckets -> + 2-bit "
                 "compression + no_sync over 4 micro-steps, and each technique alone: time per micro-step, busy "

@@ -21,6 +21,7 @@ Everything the ledger, ``hpcbench list``, the catalogue and the notebook know ab
 from __future__ import annotations
 
 from hpcbench.guide.claims import FIGURE, S3, Claim
+from hpcbench.judge.applicability import SLOW_LINK
 from hpcbench.guide.statements import WEATHER_ORIGINAL_STEP_MS, WEATHER_ORIGINAL_UTIL
 from hpcbench.judge.feasibility import Consistency, Reach, amdahl_cap
 from hpcbench.judge.verdict import gain_reference
@@ -121,3 +122,7 @@ C7 = Claim("C7", FIGURE, S3,
            title="Weather model step 3.2x faster", headline="3.2x (420 -> 132 ms)")
 #: The claims this experiment declares (its SPEC's ``ClaimSet.declared``).
 CLAIMS = (C7,)
+#: C7's techniques spare the inter-node link: it applies only where that link is slower than the intra-node one.
+C7_APPLIES = SLOW_LINK
+#: What each claim needs of the platform (its SPEC's ``ClaimSet.applicability``; ``hpcbench doctor`` reads it).
+APPLICABILITY = {"C7": C7_APPLIES}

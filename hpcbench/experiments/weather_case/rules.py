@@ -47,7 +47,7 @@ learned) or whose ranks ended with different parameters is dropped and named; fe
 launches of 5 steps -> inconclusive (n = ...).
 
 **Applicability, from recorded facts**, asked before any value is read:
-:func:`~hpcbench.judge.rulekit.slow_link_problem` — the techniques spare an inter-node link, so
+:data:`~hpcbench.experiments.weather_case.claims.C7_APPLIES` — the techniques spare an inter-node link, so
 the claim applies only where one exists (the emulated cluster's shaped link, or real nodes).
 
 **The regime (dynamic similarity), from recorded facts, stated before any launch was run.** The
@@ -77,13 +77,13 @@ import dataclasses
 import pandas as pd
 
 from hpcbench.core.facts import LINK_PEAKS_GBPS
-from hpcbench.experiments.weather_case.claims import (GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, GUIDE_REGIME, LEVEL_REFERENCES,
+from hpcbench.experiments.weather_case.claims import (C7_APPLIES, GUIDE_C7_STEP_MS, GUIDE_C7_UTIL, GUIDE_REGIME, LEVEL_REFERENCES,
                                                       LEVEL_STAGES, amdahl_reach, guide_consistency)
 from hpcbench.experiments.weather_case.stages import BASELINE
 from hpcbench.guide.claims import Claim
 from hpcbench.judge.evidence import NOT_TESTABLE, Evidence, Judgement
 from hpcbench.judge.feasibility import decide
-from hpcbench.judge.rulekit import Comparison, judge_comparisons, slow_link_problem
+from hpcbench.judge.rulekit import Comparison, judge_comparisons
 from hpcbench.judge.verdict import INCONCLUSIVE, MEAN_TIME, NOT_REPRODUCED
 from hpcbench.scale.regime import (FACT_RATE, group_reached_busy, key_launches_by_regime, regime_applies,
                                    with_measured_busy)
@@ -160,7 +160,7 @@ def rule_c7(claim: Claim, evidence: Evidence) -> Judgement:
         return [dataclasses.replace(level, reach=reach, estimator=MEAN_TIME) for level in LEVELS]
 
     judgement = judge_comparisons(dataclasses.replace(evidence, launches=launches), levels,
-                                  applies=lambda first: slow_link_problem(first) or regime_problem(first), what=what,
+                                  applies=lambda first: C7_APPLIES(first) or regime_problem(first), what=what,
                                   ignore_params=("stages", "calibration_rates", "calibration_steps"))
     missing = [c.label for c in LEVELS if not any(label.startswith(c.label) for label in judgement.labels)]
     if missing and judgement.labels:

@@ -116,6 +116,53 @@ def unreachable_message(answer: str, slurm_conf: str | None) -> str:
             f"`hpcbench cluster up` (root), then export what it prints; or run on this machine with --backend local")
 
 
+#: The #SBATCH options that say what a job asks for: what a refusal names as the request.
+REQUEST_OPTIONS = ("--job-name", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task", "--gres", "--gpus",
+                   "--gpus-per-node", "--gpus-per-task", "--mem", "--exclusive", "--partition", "--constraint",
+                   "--time", "--qos", "--account", "--array")
+
+
+def refusal_message(script: Path, answer: str) -> str:
+    """sbatch's refusal of ``script`` in one line: the job's request (its resource ``#SBATCH`` lines) and
+    SLURM's own reason, e.g. ``... (--nodes=1 --gres=gpu:9 ...): Requested node configuration is not
+    available``.
+
+    sbatch may say several lines; its last ``error:`` line is SLURM's verdict on the request.
+    """
+    try:
+        text = script.read_text()
+    except OSError:
+        text = ""
+    asked = []
+    for line in text.splitlines():
+        if not line.startswith("#SBATCH "):
+            continue
+        for option in line[len("#SBATCH "):].split():
+            if option.split("=", 1)[0] in REQUEST_OPTIONS:
+                asked.append(option)
+    lines = [ln.strip() for ln in answer.splitlines() if ln.strip()]
+    said = next((ln for ln in reversed(lines) if "error:" in ln), lines[-1] if lines else "no answer")
+    said = said.split("error:", 1)[-1].strip()
+    return f"SLURM refused the job ({' '.join(asked) or 'no #SBATCH request'}): {said} (script {script})"
+
+
+def submit(script: Path) -> str:
+    """Submit a job script with ``sbatch --parsable``; its job id.
+
+    Raises:
+        SlurmError: sbatch refused it (:func:`refusal_message`: the request and SLURM's reason).
+    """
+    proc = _client(["sbatch", "--parsable", str(script)], check=False)
+    if proc.returncode != 0:
+        raise SlurmError(refusal_message(script, proc.stderr or proc.stdout))
+    return proc.stdout.strip().split(";")[0]
+
+
+def cancel(job_id: str) -> None:
+    """``scancel`` a job; its answer is not checked (the job may have ended meanwhile)."""
+    _client(["scancel", job_id], check=False)
+
+
 def squeue_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     """``{job_id or array element id: (state, nodes)}`` of the jobs SLURM still knows."""
     if not job_ids:
@@ -278,33 +325,41 @@ class SlurmBackend(Backend):
         logs: dict[str, str] = {}
         if ctx.stop.requested:
             return []
-        if local:
-            manifest = slurm_dir / f"array-{attempt}.json"
-            write_json_atomic(manifest, [asdict(t) for t in local])
-            name = _job_name(suite, "array")
-            script = slurm_dir / f"array-{attempt}.sbatch"
-            script.write_text(render_template("array.sbatch.template", {
-                **base, "directives": after(previous), "job_name": name, "last_index": str(len(local) - 1),
-                "concurrency": f"%{jobs}" if jobs else "", "manifest": shlex.quote(str(manifest))}))
-            job = previous = self._submit(script)
-            ctx.stop.cancel_commands.append(["scancel", job])
-            for i, t in enumerate(local):
-                submitted[t.task_id] = f"{job}_{i}"
-                logs[t.task_id] = str(log_dir / f"{name}-{job}_{i}.out")
-        for t in multi:
-            manifest = slurm_dir / f"{t.task_id}-{attempt}.json"
-            write_json_atomic(manifest, [asdict(t)])
-            exp = EXPERIMENTS.get(t.experiment)
-            nodes = exp.resources(exp.config.from_dict(t.params)).nodes
-            name = _job_name(suite, t.task_id)
-            script = slurm_dir / f"{t.task_id}-{attempt}.sbatch"
-            script.write_text(render_template("multinode.sbatch.template", {
-                **base, "directives": after(previous), "job_name": name, "nodes": str(nodes), "index": "0",
-                "manifest": shlex.quote(str(manifest))}))
-            job = previous = self._submit(script)
-            ctx.stop.cancel_commands.append(["scancel", job])
-            submitted[t.task_id] = job
-            logs[t.task_id] = str(log_dir / f"{name}-{job}.out")
+        try:
+            if local:
+                manifest = slurm_dir / f"array-{attempt}.json"
+                write_json_atomic(manifest, [asdict(t) for t in local])
+                name = _job_name(suite, "array")
+                script = slurm_dir / f"array-{attempt}.sbatch"
+                script.write_text(render_template("array.sbatch.template", {
+                    **base, "directives": after(previous), "job_name": name, "last_index": str(len(local) - 1),
+                    "concurrency": f"%{jobs}" if jobs else "", "manifest": shlex.quote(str(manifest))}))
+                job = previous = self._submit(script)
+                ctx.stop.cancel_commands.append(["scancel", job])
+                for i, t in enumerate(local):
+                    submitted[t.task_id] = f"{job}_{i}"
+                    logs[t.task_id] = str(log_dir / f"{name}-{job}_{i}.out")
+            for t in multi:
+                manifest = slurm_dir / f"{t.task_id}-{attempt}.json"
+                write_json_atomic(manifest, [asdict(t)])
+                exp = EXPERIMENTS.get(t.experiment)
+                nodes = exp.resources(exp.config.from_dict(t.params)).nodes
+                name = _job_name(suite, t.task_id)
+                script = slurm_dir / f"{t.task_id}-{attempt}.sbatch"
+                script.write_text(render_template("multinode.sbatch.template", {
+                    **base, "directives": after(previous), "job_name": name, "nodes": str(nodes), "index": "0",
+                    "manifest": shlex.quote(str(manifest))}))
+                job = previous = self._submit(script)
+                ctx.stop.cancel_commands.append(["scancel", job])
+                submitted[t.task_id] = job
+                logs[t.task_id] = str(log_dir / f"{name}-{job}.out")
+        except SlurmError:
+            # A refused job (more GPUs than a node has...) ends the submission: the jobs already queued
+            # for this run would otherwise run with nobody polling them.
+            jobs_in = sorted({j.split("_")[0] for j in submitted.values()})
+            if jobs_in:
+                _client(["scancel", *jobs_in], check=False)
+            raise
         write_json_atomic(slurm_dir / f"submission-{attempt}.json",
                           {"jobs": submitted, "logs": logs, "options": options})
         for t in tasks:
@@ -316,8 +371,7 @@ class SlurmBackend(Backend):
         return self._poll(tasks, run_dir, submitted, logs, ctx, retry_reasons)
 
     def _submit(self, script: Path) -> str:
-        proc = _client(["sbatch", "--parsable", str(script)])
-        return proc.stdout.strip().split(";")[0]
+        return submit(script)
 
     def _poll(self, tasks: list[TaskSpec], run_dir: Path, submitted: dict[str, str], logs: dict[str, str],
               ctx: RunContext, retry_reasons: dict[str, str] | None = None) -> list[TaskStatus]:
