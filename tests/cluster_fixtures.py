@@ -3,6 +3,7 @@
 ``emulated_cluster`` brings up a 2-node cluster (network namespaces n1, n2 joined by
 1gbit links, one slurmd each, slurmctld on the host) once per test session, returns its
 :class:`~hpcbench.cluster.ClusterInfo` and tears it down at the end, even on failure.
+``gres_cluster`` is the same with 8 stand-in GPUs per node as SLURM GRES, for one module at a time.
 Run SLURM clients with ``env={**os.environ, **info.env()}`` and a timeout.
 
 Missing root/SLURM/munge/iproute2 skips locally and fails in CI (``missing()``).
@@ -41,6 +42,39 @@ def emulated_cluster():
         yield cluster_up(spec)
     finally:
         cluster_down(spec.state_dir)
+
+
+#: The GPU cluster's state dir: its own, so that the session cluster's is never rewritten with GPUs.
+GRES_STATE_DIR = "/tmp/hpcbench-test-gres"
+#: Stand-in GPUs per node of the GPU cluster: a DGX-like node's 8, as the recorded topology has.
+GRES_GPUS_PER_NODE = 8
+
+
+@pytest.fixture(scope="module")
+def gres_cluster():
+    """A running 2-node emulated cluster whose nodes declare 8 GPUs as SLURM GRES (stand-in devices).
+
+    One machine holds one cluster: this one takes over the network from the session cluster while
+    the module runs and brings the session cluster back afterwards if it was up (its ClusterInfo
+    stays valid: same state dir, same slurm.conf).
+    """
+    from hpcbench.cluster import load_cluster
+    from hpcbench.cluster.host_commands import ClusterError
+
+    require_cluster_prerequisites()
+    try:
+        load_cluster(SESSION_STATE_DIR)
+        session_was_up = True
+    except ClusterError:
+        session_was_up = False
+    spec = ClusterSpec(nodes=2, link_rate="1gbit", link_delay="0ms", state_dir=GRES_STATE_DIR,
+                       gpus_per_node=GRES_GPUS_PER_NODE)
+    try:
+        yield cluster_up(spec)
+    finally:
+        cluster_down(spec.state_dir)
+        if session_was_up:
+            cluster_up(session_cluster_spec())
 
 
 def run_task_on_cluster(cluster, run_dir, experiment: str, params: dict):

@@ -167,8 +167,9 @@ def observed_binding() -> dict:
         ``cpus`` / ``mems`` (the same as lists), ``mempolicy`` ("default", "bind",
         "preferred", "interleave", "local"; "unknown: ..." where the call is refused),
         ``mempolicy_nodes``, ``torch_threads`` (None when torch is not imported),
-        ``omp_num_threads``, ``cuda_visible_devices``, ``nccl_ib_hca``, ``nccl_socket_ifname``
-        (None when unset) and ``pid``.
+        ``omp_num_threads``, ``cuda_visible_devices``, ``slurm_step_gpus`` / ``slurm_job_gpus`` (the
+        GPUs SLURM gave the task's step / its job, by the node's index), ``nccl_ib_hca``,
+        ``nccl_socket_ifname`` (None when unset) and ``pid``.
     """
     status = _proc_status()
     cpus_text = status.get("Cpus_allowed_list", "")
@@ -189,6 +190,8 @@ def observed_binding() -> dict:
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_step_gpus": os.environ.get("SLURM_STEP_GPUS"),
+        "slurm_job_gpus": os.environ.get("SLURM_JOB_GPUS"),
         "nccl_ib_hca": os.environ.get("NCCL_IB_HCA"),
         "nccl_socket_ifname": os.environ.get("NCCL_SOCKET_IFNAME"),
     }
@@ -231,3 +234,34 @@ def binding_mismatches(binding: RankBinding, observed: dict) -> list[str]:
         if value is None or value.lstrip("=").split(":")[0] != binding.nic:
             problems.append(f"{rank}: {var.upper()}={value}, planned {binding.nic}")
     return problems
+
+
+def assigned_gpu(observed: dict, local_rank: int) -> tuple[int | None, str]:
+    """The GPU a rank uses, by the node's index, from what SLURM or its launcher gave it.
+
+    ``SLURM_STEP_GPUS`` first: slurmstepd sets it per task to the step's GPUs by the node's index,
+    "not relative to any device cgroup" where one renumbers ``CUDA_VISIBLE_DEVICES`` from 0 (srun(1),
+    OUTPUT ENVIRONMENT VARIABLES); else ``CUDA_VISIBLE_DEVICES``. One device is the rank's; several (a step whose tasks
+    all see its GPUs, or torchrun's ranks) mean the rank uses the ``local_rank``-th, as the worker does.
+
+    Args:
+        observed: from :func:`observed_binding`.
+        local_rank: the rank's place on its node.
+    Returns:
+        The GPU index (None when none is assigned or the list holds names, not indices) and how it
+        was read, in words (``"SLURM_STEP_GPUS=1"``).
+    """
+    for key in ("slurm_step_gpus", "cuda_visible_devices"):
+        value = observed.get(key)
+        if value is None or not value.strip():
+            continue
+        name = key.upper()
+        ids = [part.strip() for part in value.split(",") if part.strip()]
+        if not all(part.isdigit() for part in ids):
+            return None, f"{name}={value} holds device names, not the node's indices"
+        if len(ids) == 1:
+            return int(ids[0]), f"{name}={value}"
+        if local_rank < len(ids):
+            return int(ids[local_rank]), f"{name}={value}: local rank {local_rank} uses the one at position {local_rank}"
+        return None, f"{name}={value} has no device for local rank {local_rank}"
+    return None, "no GPU assigned: neither SLURM_STEP_GPUS nor CUDA_VISIBLE_DEVICES is set"

@@ -68,15 +68,22 @@ def numactl_argv(binding: RankBinding, topology: NodeTopology | None = None) -> 
     return argv
 
 
+def nic_env(binding: RankBinding) -> dict[str, str]:
+    """The NCCL variable that names one rank's NIC: ``NCCL_IB_HCA`` for an HCA, ``NCCL_SOCKET_IFNAME`` for
+    an Ethernet netdev, its value ``=<nic>`` (exactly that name); empty without a NIC."""
+    if binding.nic is None:
+        return {}
+    var = "NCCL_SOCKET_IFNAME" if binding.nic_link == "ethernet" else "NCCL_IB_HCA"
+    return {var: "=" + binding.nic}
+
+
 def rank_env(binding: RankBinding) -> dict[str, str]:
     """Environment of one rank: threads, its GPU, its NIC."""
     env = {"OMP_NUM_THREADS": str(binding.threads)}
     if binding.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(binding.gpu)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the plan numbers GPUs in PCI bus order; CUDA's default is fastest first
-    if binding.nic is not None:
-        var = "NCCL_SOCKET_IFNAME" if binding.nic_link == "ethernet" else "NCCL_IB_HCA"
-        env[var] = "=" + binding.nic
+    env.update(nic_env(binding))
     return env
 
 

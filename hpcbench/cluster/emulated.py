@@ -13,6 +13,10 @@ Usage::
     subprocess.run(["srun", "-N2", "-l", "hostname"], env={**os.environ, **info.env()})
     cluster_down(info.state_dir)
 
+With ``gpus_per_node=N`` every node also declares N GPUs as SLURM GRES (stand-in device files),
+so ``sbatch --gres=gpu:K`` is scheduled, refused beyond N, and each task gets its devices
+(``CUDA_VISIBLE_DEVICES``, ``SLURM_STEP_GPUS``) while CPU ranks stand in for GPU ranks.
+
 Needs root, iproute2 (ip, tc), util-linux (nsenter, unshare), munge and slurm-wlm.
 """
 
@@ -56,6 +60,11 @@ class ClusterSpec(Config):
     cpus_per_node: int = param(0, "CPUs each NodeName line declares; 0 = all host CPUs (os.cpu_count()). "
                                   "More than the host has is allowed (oversubscribed emulation)",
                                min=0, max=1024)
+    gpus_per_node: int = param(0, "GPUs each node declares as SLURM GRES (Gres=gpu:N, with a gres.conf whose File= "
+                                  "are stand-in character devices under state_dir/dev/<node>/ that open as "
+                                  "/dev/null); 0 = none. A dress rehearsal of GPU jobs: SLURM schedules --gres and "
+                                  "assigns each task its devices while CPU ranks stand in. At most 16, as many "
+                                  "as the largest GPU nodes (HGX-2) hold", min=0, max=16)
 
     def validate(self) -> None:
         if self.link_rate < 1e6:
@@ -166,6 +175,15 @@ class _Layout:
         return self.root / "task_prolog.sh"
 
     @property
+    def gres_conf(self) -> Path:
+        """SLURM reads gres.conf from slurm.conf's folder."""
+        return self.root / "gres.conf"
+
+    @property
+    def devices(self) -> Path:
+        return self.root / "dev"
+
+    @property
     def run(self) -> Path:
         return self.root / "run"
 
@@ -178,7 +196,7 @@ class _Layout:
 
     def scratch_dirs(self) -> list[Path]:
         """Rebuilt by every cluster_up (logs are kept until then, for diagnosis)."""
-        return [self.root / "ctld-state", self.root / "spool", self.run, self.log]
+        return [self.root / "ctld-state", self.root / "spool", self.run, self.log, self.devices]
 
 
 def _layout(state_dir: str | Path) -> _Layout:
@@ -243,7 +261,12 @@ def cluster_up(spec: ClusterSpec) -> ClusterInfo:
         (layout.root / "spool" / n.name).mkdir(mode=0o755)
     layout.slurm_conf.write_text(slurm_daemons.render_slurm_conf(
         controller_host=host, controller_address=network.CONTROLLER_ADDRESS, nodes=pairs, cpus=spec.cpus,
-        memory_mb=slurm_daemons.host_memory_mb(), state_dir=layout.root))
+        memory_mb=slurm_daemons.host_memory_mb(), state_dir=layout.root, gpus=spec.gpus_per_node))
+    layout.gres_conf.unlink(missing_ok=True)  # a cluster without GPUs must not read the last one's
+    if spec.gpus_per_node:
+        devices = {n.name: slurm_daemons.make_stand_in_gpus(layout.devices / n.name, spec.gpus_per_node)
+                   for n in nodes}
+        layout.gres_conf.write_text(slurm_daemons.render_gres_conf(devices))
     layout.hosts.write_text(slurm_daemons.render_hosts(host, network.CONTROLLER_ADDRESS, pairs))
     info = ClusterInfo(spec=replace(spec, state_dir=str(layout.root)), nodes=nodes,
                        controller_address=network.CONTROLLER_ADDRESS, slurm_conf=layout.slurm_conf,
@@ -316,7 +339,9 @@ def cluster_status(state_dir: str | Path = DEFAULT_STATE_DIR) -> str:
              f"  controller {info.controller_host} at {info.controller_address}:{slurm_daemons.SLURMCTLD_PORT}, "
              f"SLURM_CONF={info.slurm_conf}, partition {info.partition}",
              f"  links: rate {spec.link_rate}, delay {spec.link_delay} per hop, "
-             f"{spec.cpus} CPUs per node, munge {info.munge}",
+             f"{spec.cpus} CPUs per node, "
+             + (f"{spec.gpus_per_node} stand-in GPUs per node (GRES gpu, {info.state_dir / 'gres.conf'}), "
+                if spec.gpus_per_node else "") + f"munge {info.munge}",
              "nodes:"]
     lines += [f"  {n.name}: {n.address} netns {n.netns} veth {n.veth_host} <-> {n.veth_node}" for n in info.nodes]
     lines.append("link shaping (tc qdisc show):")

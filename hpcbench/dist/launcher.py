@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from hpcbench.core.config import Config
-from hpcbench.dist.binding import bind_mode
+from hpcbench.dist.binding import bind_mode, srun_gpu_binding
 from hpcbench.dist.topology import EMULATED_NODES_ENV, SRUN_RANKS_ENV
 from hpcbench.core.errors import ConfigError, LaunchError
 from hpcbench.core.registry import Registry
@@ -74,8 +74,11 @@ def _worker_argv(spec_path: Path) -> list[str]:
 
 
 def plan_local(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
-               env: dict[str, str]) -> LaunchPlan:
-    """All ranks on this machine under ``torchrun --standalone``; ``nodes > 1`` is emulated."""
+               env: dict[str, str], bind: str = "none") -> LaunchPlan:
+    """All ranks on this machine under ``torchrun --standalone``; ``nodes > 1`` is emulated.
+
+    ``bind`` changes nothing here: torchrun's ranks bind themselves, and see every GPU of the node.
+    """
     world = nodes * ranks_per_node
     env = dict(env)
     env.pop(EMULATED_NODES_ENV, None)
@@ -119,7 +122,7 @@ RENDEZVOUS_FAILURE = "[hpcbench rendezvous failed]"
 
 
 def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
-               env: dict[str, str]) -> LaunchPlan:
+               env: dict[str, str], bind: str = "none") -> LaunchPlan:
     """Every rank a task of one ``srun`` step; rank 0 hosts the TCP store the others join.
 
     No torchrun agent sits between srun and the ranks: an agent per node imports torch (~2.4 s of
@@ -130,6 +133,8 @@ def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
     ``--cpu-bind=none`` leaves the ranks where the OS puts them, as under torchrun: a binding is the
     affinity plan's to apply (``bind: plan``), inside each rank. ``--overcommit`` lets a layout put more
     ranks on a node than it has CPUs, as torchrun did; the local backend refuses that for verdict runs.
+    Under ``bind="plan"`` in a job that holds GPUs, srun also gives each task the plan's GPU
+    (:func:`hpcbench.dist.binding.srun_gpu_binding`): the one device SLURM binds is the rank's ``cuda:0``.
     """
     wait = env.get(RENDEZVOUS_TIMEOUT_ENV, "60")  # checked first: a typo fails before any srun
     if not wait.isdigit() or int(wait) < 1:
@@ -138,8 +143,9 @@ def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
     if len(hosts) < nodes:
         raise LaunchError(f"the allocation has {len(hosts)} node(s); the task needs {nodes}")
     port = rendezvous_port(env.get("SLURM_JOB_ID", "0"), tag)
+    gpus = srun_gpu_binding(ranks_per_node, env) if bind == "plan" else []
     cmd = ["srun", "--kill-on-bad-exit=1", f"--nodes={nodes}", f"--ntasks={nodes * ranks_per_node}",
-           f"--ntasks-per-node={ranks_per_node}", "--distribution=block", "--cpu-bind=none", "--overcommit",
+           f"--ntasks-per-node={ranks_per_node}", "--distribution=block", "--cpu-bind=none", "--overcommit", *gpus,
            f"--nodelist={','.join(hosts)}", sys.executable, "-u", *_worker_argv(spec_path)]
     env = dict(env)
     env.pop(EMULATED_NODES_ENV, None)
@@ -147,7 +153,8 @@ def plan_slurm(*, nodes: int, ranks_per_node: int, spec_path: Path, tag: str,
         env.pop(name, None)  # the ranks take theirs from srun, never from the driver's environment
     env.update({SRUN_RANKS_ENV: "1", "MASTER_ADDR": hosts[0], "MASTER_PORT": str(port), RENDEZVOUS_TIMEOUT_ENV: wait})
     return LaunchPlan(cmd, env, f"{nodes} node(s) x {ranks_per_node} rank(s) with srun "
-                                f"(store {hosts[0]}:{port}, nodes {','.join(hosts)})")
+                                f"(store {hosts[0]}:{port}, nodes {','.join(hosts)}"
+                                + (f", GPUs {gpus[-1].split(':', 1)[1]} by the plan" if gpus else "") + ")")
 
 
 LAUNCHERS: Registry[Callable[..., LaunchPlan]] = Registry("launcher")
@@ -232,7 +239,7 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
     env.update(config.worker_env())
     how = choose_launcher(nodes, env)
     plan = LAUNCHERS.get(how)(nodes=nodes, ranks_per_node=ranks_per_node, spec_path=spec_path.resolve(),
-                              tag=tag, env=env)
+                              tag=tag, env=env, bind=bind)
     if echo:
         bound = ", ranks bound by the affinity plan" if bind == "plan" else ""
         echo(f"launching {tag}: {plan.description}{bound}; log: {log_path}")
@@ -244,7 +251,7 @@ def launch(entry: Callable, config: Config, *, nodes: int, ranks_per_node: int,
         # The nodes never met, so no rank ran and nothing was measured: one more try, on another port
         # (the store's port may be held on the first node), costs a minute instead of the task.
         plan = LAUNCHERS.get(how)(nodes=nodes, ranks_per_node=ranks_per_node, spec_path=spec_path.resolve(),
-                                  tag=f"{tag}.retry", env=env)
+                                  tag=f"{tag}.retry", env=env, bind=bind)
         note = f"[hpcbench] {tag}: the rendezvous failed before any rank started; retrying once: {plan.description}"
         with open(log_path, "a") as fh:
             fh.write(note + "\n")

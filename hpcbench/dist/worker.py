@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from hpcbench.dist.binding import apply_plan_for_this_rank, record_binding
+from hpcbench.dist.binding import apply_plan_for_this_rank, device_index, gpu_bound_by_slurm, record_binding
 from hpcbench.dist.launcher import FAILURE_MARKER, PROGRESS_PREFIX, RENDEZVOUS_FAILURE, RENDEZVOUS_TIMEOUT_ENV
 from hpcbench.dist.topology import SRUN_RANKS_ENV, Topology, ranks_from_srun
 from hpcbench.core.results import RecordContext, RecordWriter
@@ -79,14 +79,15 @@ def _resolve(qualname: str):
 
 
 def resolve_backend(requested: str, ranks_per_node: int) -> str:
-    """``auto`` means NCCL when this node has a GPU for every local rank, else gloo."""
+    """``auto`` means NCCL when this rank has its GPU, else gloo: one bound to its task by SLURM, or one per
+    local rank among those it sees (the same answer on every rank of a launch)."""
     import torch
 
     if requested != "auto":
         return requested
-    if torch.cuda.is_available() and torch.cuda.device_count() >= ranks_per_node:
-        return "nccl"
-    return "gloo"
+    if not torch.cuda.is_available():
+        return "gloo"
+    return "nccl" if gpu_bound_by_slurm() or torch.cuda.device_count() >= ranks_per_node else "gloo"
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,9 @@ def main(argv: list[str]) -> int:
         record_binding(writer, mode, planned)
         extra = {}
         if backend == "nccl":
-            torch.cuda.set_device(topo.local_rank)
-            extra["device_id"] = torch.device("cuda", topo.local_rank)
+            index = device_index(topo.local_rank)  # 0 where SLURM bound one GPU to this task
+            torch.cuda.set_device(index)
+            extra["device_id"] = torch.device("cuda", index)
         join_process_group(backend, topo, **extra)
         try:
             entry(config, topo, writer)
