@@ -92,7 +92,7 @@ def test_lossy_link_retransmits_and_is_restored(emulated_cluster):
     assert seconds >= TRANSFER_BYTES * 8 / 50e6 * 0.9
     assert fault.retransmitted > 0 and fault.sent > 0
     assert fault.log.counters["tbf_dropped"] > 0  # tc's own count of what the short queue dropped
-    assert fault.log.undone and "restored rate 1gbit" in fault.log.describe()
+    assert fault.log.undone and "restored rate 1 Gbit/s" in fault.log.describe()
     assert qdiscs(emulated_cluster, "n2") == before
     # the counters the fault read are n2's own: n1's namespace saw the transfer too, the host none of it
     assert tcp_counters(link.node_netns)["RetransSegs"] >= fault.log.counters["after_RetransSegs"]
@@ -115,7 +115,7 @@ def test_link_of_an_unknown_node_is_refused(emulated_cluster):
     require_cluster_prerequisites()
     with pytest.raises(NodeFaultError, match="no node 'n9'"):
         node_link(emulated_cluster, "n9")
-    with pytest.raises(ValueError, match="not a tc rate"):
+    with pytest.raises(NodeFaultError, match="rate: 'fast' is not a rate"):
         DegradedLink(node_link(emulated_cluster, "n2"), "fast")
 
 

@@ -179,3 +179,13 @@ def test_a_launch_on_a_real_clusters_own_link_is_judged_by_the_regime_it_reached
     launches = pd.DataFrame({FACT_TARGET: [0.61, 0.61], FACT_REACHED: [0.63, 0.90], FACT_RATE: [math.nan, math.nan]})
     sentence = regime_summary(REGIME, launches)
     assert "on the cluster's own link (nothing shaped it)" in sentence and "1 of 2" in sentence, sentence
+
+
+def test_a_busy_share_above_one_is_noise_and_gives_no_reach():
+    """A no-op twin slower than its step (a shared machine's noise) measures no regime: the group's reachable
+    effect is computed from the launches that measured one, or not at all, and the rule never fails on it."""
+    from hpcbench.scale.regime import group_reached_busy
+
+    launches = pd.DataFrame({"params": ["a", "a", "a"], FACT_REACHED: [1.06, 0.5, 0.7]})
+    assert group_reached_busy(launches, launches.iloc[0]) == 0.7
+    assert group_reached_busy(launches.assign(**{FACT_REACHED: [1.06, 1.2, math.nan]}), launches.iloc[0]) is None

@@ -405,11 +405,14 @@ def regime_applies(launches: Any, regime: GuideRegime) -> Callable[[Any], str | 
 
 def group_reached_busy(launches: Any, first: Any) -> float | None:
     """The median reached busy share of the launches keyed like ``first`` (:func:`key_launches_by_regime`'s
-    groups), or None when none recorded one: the regime a group's reachable effect is computed in."""
+    groups), or None when none recorded one: the regime a group's reachable effect is computed in.
+
+    A share outside (0, 1] is left out: above 1 the no-op twin ran slower than the step it mirrors, noise of
+    a shared machine that says nothing of the regime (and Amdahl has no cap to give for it)."""
     if FACT_REACHED not in getattr(launches, "columns", ()) or not len(launches):
         return None
     same = launches[launches["params"] == first["params"]]
-    got = sorted(v for v in (finite_number(r) for r in same[FACT_REACHED]) if v is not None and v > 0)
+    got = sorted(v for v in (finite_number(r) for r in same[FACT_REACHED]) if v is not None and 0 < v <= 1)
     return got[len(got) // 2] if got else None
 
 

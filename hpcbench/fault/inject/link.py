@@ -186,7 +186,7 @@ class DegradedLink(_CountsSegments, NodeFault):
                 proc = run_tool(in_netns(ns, cmd), check=False)
                 if proc.returncode != 0:
                     errors.append(f"{end} {dev}: `{' '.join(cmd)}`: {proc.stderr.strip()}")
-            self.log.actions.append(f"{end} {dev}: restored rate {self.link.shaping.rate}, "
+            self.log.actions.append(f"{end} {dev}: restored rate {BitRate(self.link.shaping.rate)}, "
                                     f"delay {self.link.shaping.delay}")
         if self._changed:
             self.log.counters["tbf_dropped"] = dropped

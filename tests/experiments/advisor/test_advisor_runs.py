@@ -94,9 +94,9 @@ def test_cluster_phases_reshape_the_link_and_put_it_back(cluster_run):
     assert all(v == 1.0 for _, v, _ in labels(df, "link_shaped"))
     restored = labels(df, "link_restored")
     assert [lab["regime"] for lab, _, _ in restored] == list(REGIME_NAMES)
-    assert all(v == 1.0 and "back at 1gbit" in text for _, v, text in restored)
+    assert all(v == 1.0 and "back at 1 Gbit/s" in text for _, v, text in restored)
     # after the run: cluster.json and both ends of every link at the cluster's own rate again
-    assert load_cluster(cluster.state_dir).spec.link_rate == cluster.spec.link_rate == "1gbit"
+    assert load_cluster(cluster.state_dir).spec.link_rate == cluster.spec.link_rate == 1e9
     for node in cluster.nodes:
         ends = network.read_qdiscs(node.veth_host) + network.read_qdiscs(node.veth_node,
                                                                           netns=network.netns_path(node.netns))

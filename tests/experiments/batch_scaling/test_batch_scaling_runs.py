@@ -92,4 +92,4 @@ def test_on_the_cluster_the_1x_step_is_calibrated_to_the_test_regime(emulated_cl
             assert facts["regime.link_rate_bps"] == pytest.approx(float(solved.group(1)) * 1e6, rel=0.01)
     tput = df[df["metric"] == "throughput_per_rank"]
     assert len(tput) == 2 * 2 * 2 and (tput["value"] > 0).all()   # regimes x factors x steps
-    assert load_cluster(emulated_cluster.state_dir).spec.link_rate == "1gbit"  # put back
+    assert load_cluster(emulated_cluster.state_dir).spec.link_rate == 1e9  # put back

@@ -103,7 +103,7 @@ def test_cluster_faults_are_applied_on_n2_undone_and_gated(cluster_run):
     assert list(s.index) == CLUSTER_FAULTS
     assert s.loc["slow_storage", "injected"] == True and s.loc["slow_link", "injected"] == True  # noqa: E712
     logs = "\n".join(df[df["metric"] == "fault_injected"]["text"].dropna())
-    assert logs.count("on n2: undone") == 2 and "blkio.throttle.read_bps_device" in logs and "tbf rate 50mbit" in logs
+    assert logs.count("on n2: undone") == 2 and "blkio.throttle.read_bps_device" in logs and "tbf rate 50000kbit" in logs
     # nothing left behind: both ends of n2's link back at the cluster's rate, no throttle cgroup
     n2 = cluster.node("n2")
     ends = network.read_qdiscs(n2.veth_host) + network.read_qdiscs(n2.veth_node, netns=network.netns_path(n2.netns))

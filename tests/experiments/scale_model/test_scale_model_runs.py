@@ -83,7 +83,7 @@ def test_links_are_reshaped_per_phase_and_put_back(cluster_run):
     assert df[df["metric"] == "link_restored"]["value"].tolist() == [1.0]
     # the cluster and both ends of every link are back at the session's 1gbit
     info = load_cluster(SESSION_STATE_DIR)
-    assert info.spec.link_rate == "1gbit"
+    assert info.spec.link_rate == 1e9
     for node in info.nodes:
         ends = network.read_qdiscs(node.veth_host) + network.read_qdiscs(node.veth_node,
                                                                           netns=network.netns_path(node.netns))
