@@ -7,13 +7,14 @@ STAMP  := $(VENV)/.hpcbench-installed
 # Timestamped so that a second `make demo` never overwrites the first run's results.
 DEMO_RUN := results/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup test test-census demo reproduce reproduce-regime bench bench-cluster gpu-check gpu-suite clean-venv help
+.PHONY: setup test test-census demo reproduce reproduce-regime rehearse bench bench-cluster gpu-check gpu-suite clean-venv help
 
 help:
 	@echo "make setup   create $(VENV) with the pinned packages and register its Jupyter kernel"
 	@echo "make demo    run the demo suite on this machine and write reports/demo/index.html"
 	@echo "make reproduce  (root) verdicts from the emulated SLURM cluster: reports/reproduce/index.html (~80 min on 2 cores)"
 	@echo "make reproduce-regime  (root) only the regime-matched entries (C2, C3, C7, C8): reports/reproduce-regime/ (~30 min)"
+	@echo "make rehearse  (root) the guide-scale suite at toy size on the emulated cluster with stand-in GPUs as GRES: reports/rehearsal/"
 	@echo "make test    run the whole test suite (set HPCBENCH_REQUIRE_INTEGRATION=1 to forbid skips)"
 	@echo "make test-census   make test, recording each test's wall and CPU time; prints them per file"
 	@echo "make bench   run the benchmarks (ratios measured side by side, not tests)"
@@ -56,6 +57,17 @@ NICS ?= 8
 REPRODUCE_ARGS ?=
 reproduce: setup
 	$(VENV)/bin/hpcbench reproduce --nics $(NICS) --report reports/reproduce $(REPRODUCE_ARGS)
+
+# Root, slurm-wlm and munge: the dress rehearsal of the guide-scale suite before GPU hours. An emulated 2-node
+# cluster declares 8 stand-in GPUs per node as SLURM GRES; every task runs once at its toy size on 2 x 2 ranks
+# (gloo on CPU stand-ins), each rank placed by the plan of a recorded DGX-like node: reports/rehearsal/.
+REHEARSAL_STATE := /tmp/hpcbench-rehearsal
+rehearse: setup
+	$(VENV)/bin/hpcbench cluster up --nodes 2 --gpus-per-node 8 --state $(REHEARSAL_STATE)
+	SLURM_CONF=$(REHEARSAL_STATE)/slurm.conf HPCBENCH_TOPOLOGY_ROOT=$(CURDIR)/tests/fixtures/topology/two_socket_8gpu_4nic \
+	  $(VENV)/bin/hpcbench suite guide-scale --layout 2x2 --toy --backend slurm --gres gpu:2 --oversubscribe \
+	  --report reports/rehearsal; status=$$?; \
+	  $(VENV)/bin/hpcbench cluster down --state $(REHEARSAL_STATE); exit $$status
 
 # Only the entries calibrated to the guide's regime (C2, C3, C7, C8: regime or link_regime guide): ~30 min.
 reproduce-regime: setup

@@ -254,15 +254,20 @@ def test_every_task_gets_the_plans_gpu_from_slurm_and_its_cores_memory_node_and_
 
 @pytest.mark.integration
 def test_a_suite_task_on_gpus_is_placed_by_the_plan(gres_cluster, tmp_path, monkeypatch):
+    """The guide-scale suite's collectives task at toy size on 2 nodes x 2 stand-in GPUs: the suite's own
+    ``bind: plan`` reaches every rank through sbatch and srun (nothing else sets $HPCBENCH_BIND)."""
+    from dataclasses import replace
+
     from hpcbench.core.results import find_record_files, read_records
     from hpcbench.run.runner import run_suite
-    from hpcbench.run.suite import parse_suite
+    from hpcbench.run.suite import Layout, load_suite
 
-    for key, value in {**gres_cluster.env(), BIND_ENV: "plan", TOPOLOGY_ROOT_ENV: str(DGX)}.items():
+    monkeypatch.delenv(BIND_ENV, raising=False)
+    for key, value in {**gres_cluster.env(), TOPOLOGY_ROOT_ENV: str(DGX)}.items():
         monkeypatch.setenv(key, value)
-    suite = parse_suite({"name": "rehearsal", "tasks": [{"experiment": "collectives", "params": {
-        "nodes": 2, "ranks_per_node": 2, "backend": "gloo", "ops": "all_reduce", "min_bytes": "1K",
-        "max_bytes": "1K", "iters": 2, "warmup_iters": 1}}]})
+    guide_scale = load_suite("guide-scale", layout=Layout(2, 2), toy=True)
+    suite = replace(guide_scale, tasks=[t for t in guide_scale.tasks if t.task_id == "collectives.every_size.r0"])
+    assert suite.bind == "plan" and len(suite.tasks) == 1
     run_dir = tmp_path / "run"
     (status,) = run_suite(suite, run_dir, backend="slurm", progress=False, options={"gres": "gpu:2"})
     assert status.state == "done", status.error
