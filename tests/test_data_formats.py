@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -74,6 +75,86 @@ def test_decoding_is_identical_across_formats(image_sets):
                 images[fmt] = item["image"]
     assert all(torch.equal(images["files"], img) for img in images.values())
     assert images["files"].shape == (3, 32, 32) and images["files"].dtype == torch.uint8
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = (a.float() - b.float()).pow(2).mean().item()
+    return float("inf") if mse == 0 else 10 * np.log10(255 ** 2 / mse)
+
+
+@pytest.fixture(scope="module")
+def imagenet_like_jpegs() -> list[bytes]:
+    """24 JPEGs of the benchmark's size (~110 KB, ImageNet's mean: most reach 1/2 at 224 px, if any scale) and 8
+    of ~500 KB (~1,000 px a side: 1/2 and 1/4), spread over the generator's size range."""
+    from hpcbench.data.generators.images import ImageSpec, render_jpeg
+
+    imagenet, large = ImageSpec(count=2000, classes=10), ImageSpec(count=2000, classes=10, mean_bytes=500_000)
+    return ([render_jpeg(i, imagenet) for i in range(0, 2000, 2000 // 24)]
+            + [render_jpeg(i, large) for i in range(0, 2000, 2000 // 8)])
+
+
+def test_scaled_decode_stays_within_its_tolerance_of_the_full_one(imagenet_like_jpegs):
+    """At the benchmark's 224 px, every image decoded at a DCT scale lies within the stated bounds of the full
+    decode + resize; an image without a reduction (a side under twice the target) is the full path's, exactly."""
+    from PIL import Image
+
+    from hpcbench.data.readers.base import (SCALED_DECODE_CHECKED_AT, SCALED_DECODE_MAX_MAD,
+                                            SCALED_DECODE_MIN_PSNR_DB)
+
+    size, scaled_ones = SCALED_DECODE_CHECKED_AT, 0
+    for data in imagenet_like_jpegs:
+        scaled, full = decode_jpeg(data, size), decode_jpeg(data, size, jpeg_decode="full")
+        assert scaled.shape == full.shape == (3, size, size) and scaled.dtype == torch.uint8
+        width, height = Image.open(io.BytesIO(data)).size
+        if min(width, height) < 2 * size:
+            assert torch.equal(scaled, full)
+            continue
+        scaled_ones += 1
+        mad = (scaled.float() - full.float()).abs().mean().item()
+        assert mad <= SCALED_DECODE_MAX_MAD and _psnr(scaled, full) >= SCALED_DECODE_MIN_PSNR_DB, (width, height)
+        assert not torch.equal(scaled, full)  # it did decode at a reduced scale
+    assert scaled_ones >= 14, "too few images large enough to be decoded at a reduced scale"
+
+
+def test_the_tolerance_would_catch_a_wrong_decode(imagenet_like_jpegs):
+    """The bounds fail a scaled path gone wrong: channels swapped, the grid shifted by a pixel, or a scale far
+    too coarse to cover the target (1/8 of the largest ImageNet-sized image, then enlarged)."""
+    from PIL import Image
+    from torchvision.transforms.v2 import functional as F
+
+    from hpcbench.data.readers.base import SCALED_DECODE_CHECKED_AT, SCALED_DECODE_MAX_MAD, SCALED_DECODE_MIN_PSNR_DB
+
+    size = SCALED_DECODE_CHECKED_AT
+    data = max(imagenet_like_jpegs[:24], key=len)
+    full = decode_jpeg(data, size, jpeg_decode="full")
+    image = Image.open(io.BytesIO(data))
+    image.draft("RGB", (image.width // 8, image.height // 8))
+    assert min(image.size) < size
+    too_coarse = F.resize(F.pil_to_tensor(image.convert("RGB")), [size, size], antialias=True)
+    for wrong in (full.flip(0), full.roll(1, dims=2), too_coarse):
+        mad = (wrong.float() - full.float()).abs().mean().item()
+        assert mad > SCALED_DECODE_MAX_MAD or _psnr(wrong, full) < SCALED_DECODE_MIN_PSNR_DB
+
+
+def test_jpeg_decode_is_checked_and_reaches_the_reader(image_sets):
+    with pytest.raises(DataError, match="jpeg_decode='fast'"):
+        open_dataset(image_sets["files"], jpeg_decode="fast")
+    with pytest.raises(DataError, match="jpeg_decode"):
+        decode_jpeg(b"", 32, jpeg_decode="fast")
+    data = source_samples(image_sets["files"])[0][0]
+    for mode in ("scaled", "full"):
+        item = next(iter(open_dataset(image_sets["files"], shuffle=False, image_size=32, jpeg_decode=mode)))
+        assert torch.equal(item["image"], decode_jpeg(data, 32, jpeg_decode=mode))
+    # the fixture's ~170 px images reach 1/4 at 32 px: the two ways differ
+    assert not torch.equal(decode_jpeg(data, 32), decode_jpeg(data, 32, jpeg_decode="full"))
+
+
+@pytest.mark.parametrize("jpeg_decode", ["scaled", "full"])
+def test_a_damaged_jpeg_fails_the_same_way_either_way(image_sets, jpeg_decode):
+    data = source_samples(image_sets["files"])[0][0]
+    for garbage in (b"not a jpeg at all" * 100, data[:len(data) // 3]):  # not a JPEG; cut short
+        with pytest.raises(RuntimeError):  # what the reader reports as a DataError naming the sample
+            decode_jpeg(garbage, 32, jpeg_decode=jpeg_decode)
 
 
 def test_tfrecord_package_reads_our_shards(image_sets):

@@ -91,6 +91,22 @@ def test_runs_are_refused_where_they_cannot_apply(image_sets):
         open_dataset(folder, decode=False, batch_in_worker=4, order="runs", run_samples=0)
 
 
+
+def test_a_reader_states_the_order_it_reads_in(image_sets, tmp_path):
+    """What every reader benchmark's rows print: per-sample, runs of K, or none."""
+    from hpcbench.data.generators.weather import WeatherSpec, make_weather
+    from hpcbench.data.readers import WeatherDataset
+
+    folder = image_sets["tar"]
+    assert open_dataset(folder).order_label == "per-sample"
+    assert open_dataset(folder, decode=False, batch_in_worker=4).order_label == "per-sample"
+    assert open_dataset(folder, decode=False, batch_in_worker=4, order="runs", run_samples=8).order_label == "runs of 8"
+    assert open_dataset(folder, shuffle=False).order_label == "none"
+    make_weather(tmp_path / "w", WeatherSpec(steps=5, channels=2, lat=5, lon=8, steps_per_shard=5))
+    assert WeatherDataset(tmp_path / "w", block_size=3).order_label == "runs of 3"
+    assert WeatherDataset(tmp_path / "w", block_size=1).order_label == "per-sample"
+    assert WeatherDataset(tmp_path / "w", shuffle=False).order_label == "none"
+
 @pytest.fixture
 def staged(image_sets, tmp_path):
     return lambda fmt: stage_dataset(image_sets[fmt], tmp_path / f"staged-{fmt}", workers=2).path

@@ -12,10 +12,17 @@ this disk: /tmp may be a tmpfs, where "cold" means nothing):
   HDF5's index gives, one block read ahead by a thread); at the default block size also
   without the read ahead, and with one HDF5 hyperslab call per block instead of ``preadv``;
   and one HDF5 call per pair, no read ahead (what a naive per-sample reader does);
+  and, as each block variant's like-for-like twin, the same reader with blocks of one pair
+  (``block_size=1``: every pair shuffled on its own, the same read kind and read ahead);
 * ImageNet-like JPEGs in HDF5 shards (``--shard-size``), read by
   :class:`hpcbench.data.readers.hdf5.HDF5Dataset` as zero-copy batches of 128 (``batch_in_worker``:
   each sample ``preadv``-ed from the file straight into its batch's tensor), with block reads
   (``block_bytes``, the per-sample default) and sample by sample (``block_bytes = 0``, the former path).
+
+Every row and ratio states its order: ``runs of K`` (weather blocks of K consecutive pairs shuffled as units,
+the pairs shuffled inside each: a batch holds neighbours) or ``per-sample`` (weather pairs one by one; every
+image path: each sample its own unit in a shuffle buffer of 64 samples over shuffled shards). Each weather
+block path is set beside its per-pair twin: what the coarser order buys, read for read.
 
 Each reader runs alone (one process, no DataLoader, raw data: no JPEG decoding, shards
 checked by size, shuffled) for one epoch, and every sample must arrive exactly once. The reader
@@ -77,6 +84,8 @@ class Subject:
     expected: int
     block: bool
     """A block-read path (the target applies to it)."""
+    twin: str | None = None
+    """The ``path`` of its per-sample twin (the same reader, pair by pair), where it reads coarser."""
     kept: object = field(default=None, repr=False)
 
     def dataset(self) -> object:
@@ -85,6 +94,11 @@ class Subject:
         if self.kept is None:
             self.kept = self.open()
         return self.kept
+
+    @property
+    def order(self) -> str:
+        """The order its reader reads an epoch in, as the reader states it (``order_label``)."""
+        return self.dataset().order_label
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
@@ -203,18 +217,25 @@ def subjects(weather_dir: Path, hdf5: Path, block_sizes: list[int]) -> list[Subj
             return ds
         return make
 
-    def weather(block: int, direct: bool, ahead: int, target: bool = True) -> Subject:
-        name = f"block {block}, {'direct' if direct else 'HDF5 call'}, {ahead} ahead"
-        return Subject("weather", name, w_files, lambda: WeatherDataset(
-            weather_dir, verify="size", seed=0, block_size=block, direct=direct, readahead=ahead), pairs, target)
+    def name(block: int, direct: bool, ahead: int) -> str:
+        if (block, direct, ahead) == (1, False, 0):
+            return "per pair, HDF5 call (naive)"
+        return f"{'per pair' if block == 1 else f'block {block}'}, {'direct' if direct else 'HDF5 call'}, {ahead} ahead"
 
-    # Every block size with the reader's defaults, then the default size without each of its parts.
-    variants = [weather(b, True, READAHEAD) for b in block_sizes]
-    variants += [weather(BLOCK_SIZE, True, 0), weather(BLOCK_SIZE, False, READAHEAD), weather(BLOCK_SIZE, False, 0)]
+    def weather(block: int, direct: bool, ahead: int, target: bool = True) -> Subject:
+        return Subject("weather", name(block, direct, ahead), w_files, lambda: WeatherDataset(
+            weather_dir, verify="size", seed=0, block_size=block, direct=direct, readahead=ahead), pairs,
+            target and block > 1, twin=name(1, direct, ahead) if block > 1 else None)
+
+    # Every block size with the reader's defaults, then the default size without each of its parts; then each
+    # one's per-pair twin (the same read kind and read ahead), the naive reader among them.
+    specs = [(b, True, READAHEAD) for b in block_sizes]
+    specs += [(BLOCK_SIZE, True, 0), (BLOCK_SIZE, False, READAHEAD), (BLOCK_SIZE, False, 0)]
+    specs = list(dict.fromkeys(specs))
+    twins = [(1, direct, ahead) for direct, ahead in dict.fromkeys((d, a) for _, d, a in specs)]
     return [
-        *variants,
-        Subject("weather", "per pair, HDF5 call (naive)", w_files, lambda: WeatherDataset(
-            weather_dir, verify="size", seed=0, block_size=1, direct=False, readahead=0), pairs, False),
+        *(weather(*spec) for spec in specs),
+        *(weather(*spec, target=False) for spec in twins if spec not in specs),
         Subject("images", f"zero-copy batches of {IMAGE_BATCH}", i_files,
                 image_reader(HDF5Dataset.block_bytes, IMAGE_BATCH), images, True),
         Subject("images", f"block (<= {HDF5Dataset.block_bytes >> 20} MiB/read)", i_files,
@@ -256,7 +277,7 @@ def run(args: argparse.Namespace) -> BenchResult:
             for k, s in enumerate(runs):
                 nbytes = sum(p.stat().st_size for p in s.files)
                 t = times[k]
-                rows.append({"cache": cache, "data": s.data, "path": s.path, "block": s.block,
+                rows.append({"cache": cache, "data": s.data, "path": s.path, "order": s.order, "block": s.block,
                              "samples": s.expected, "bytes": nbytes, "reads": reads[k],
                              "reader_MB_per_s": nbytes / statistics.median(t["reader"]) / 1e6,
                              "sequential_MB_per_s": nbytes / statistics.median(t["seq"]) / 1e6,
@@ -267,12 +288,24 @@ def run(args: argparse.Namespace) -> BenchResult:
                              "sequential_cpu_ms": statistics.median(t["seq_cpu"]) * 1e3})
     ratios = []
     for r in rows:
-        where = f"{r['cache']} cache, {r['data']} {r['path']}"
+        where = f"{r['cache']} cache, {r['data']} {r['path']} ({r['order']})"
         ratios.append(Ratio(f"{where}: reader / plain sequential read", "reader MB/s", "sequential read MB/s",
                             r["share"], SHARE_TARGET if r["block"] else None))
         ratios.append(Ratio(f"{where}: reader / cat", "reader MB/s", "GNU cat MB/s", r["share_of_cat"]))
+    # What the coarser order buys: each block path against its per-pair twin, the same data set and cache.
+    twin_of = {s.path: s.twin for s in runs if s.twin}
+    for r in rows:
+        twin = next((t for t in rows if t["cache"] == r["cache"] and t["data"] == r["data"]
+                     and t["path"] == twin_of.get(r["path"])), None)
+        if twin is not None:
+            ratios.append(Ratio(f"{r['cache']} cache, {r['data']} {r['path']} ({r['order']}) / its per-sample twin "
+                                f"{twin['path']} ({twin['order']})", "reader pairs/s", "twin pairs/s",
+                                r["reader_MB_per_s"] / twin["reader_MB_per_s"]))
     return BenchResult("hdf5-reads", rows=rows, ratios=ratios, notes=[
         f"weather: {args.steps} steps of 8x121x240 float32 in shards of {args.steps_per_shard}; images: "
         f"{args.images} JPEGs in {args.shard_size} HDF5 shards; one process, no DataLoader, shuffled, verify=size; "
         f"page cache: {', '.join(sorted(notes))}; median of {args.rounds} rounds (share: of the paired per-round "
-        f"ratios, min-max their range; target on block paths only)"])
+        f"ratios, min-max their range; target on block paths only)",
+        "order: weather blocks of K pairs are runs of K (shuffled as units, pairs shuffled inside), each beside its "
+        "per-pair twin (per-sample: every pair on its own); the image paths are per-sample (a shuffle buffer of "
+        "64 samples over shuffled shards)"])

@@ -10,6 +10,9 @@ dataset class; :func:`open_dataset` picks the class from the data set's manifest
         ds.set_epoch(epoch)
         for batch in loader: ...   # batch["image"], batch["label"], batch["index"], ...
 
+Decoded and resized (``image_size``), a JPEG is decoded at the smallest DCT scale that still covers the size
+(``jpeg_decode="scaled"``, the default) or at full size (``jpeg_decode="full"``), then resized: :func:`decode_jpeg`.
+
 Batches built inside the workers (one shared-memory tensor per batch of raw bytes)::
 
     ds = open_dataset("data/images-tfrecord", decode=False, batch_in_worker=32)
@@ -34,10 +37,10 @@ The weather data set (gridded fields, not images) has its own reader, outside :d
     for batch in DataLoader(ds, batch_size=8, num_workers=2): ...   # batch["x"], batch["y"]; block_reads(batch)
 """
 
-from hpcbench.data.readers.base import (READERS, ShardedImageDataset, batch_is_current, collate_samples, decode_jpeg,
-                                        image_bytes, loader_options, open_dataset)
+from hpcbench.data.readers.base import (JPEG_DECODES, READERS, ShardedImageDataset, batch_is_current, collate_samples,
+                                        decode_jpeg, image_bytes, loader_options, open_dataset)
 from hpcbench.data.readers import files, hdf5, tar, tfrecord  # noqa: F401  (registers the readers)
 from hpcbench.data.readers.weather import WeatherDataset, block_reads
 
-__all__ = ["READERS", "ShardedImageDataset", "WeatherDataset", "batch_is_current", "block_reads", "collate_samples",
-           "decode_jpeg", "image_bytes", "loader_options", "open_dataset"]
+__all__ = ["JPEG_DECODES", "READERS", "ShardedImageDataset", "WeatherDataset", "batch_is_current", "block_reads",
+           "collate_samples", "decode_jpeg", "image_bytes", "loader_options", "open_dataset"]

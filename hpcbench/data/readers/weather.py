@@ -493,6 +493,15 @@ class WeatherDataset(ShardReader):
         """``(channels, lat, lon)`` of ``x`` and ``y`` after selection."""
         return len(self.channels), len(self.lat), len(self.lon)
 
+    @property
+    def order_label(self) -> str:
+        """The order of an epoch's pairs, as a benchmark row states it: ``per-sample`` (``block_size=1``: every
+        pair shuffled on its own), ``runs of K`` (blocks of K consecutive pairs shuffled as units, the pairs
+        shuffled inside each) or ``none`` (``shuffle=False``)."""
+        if not self.shuffle:
+            return "none"
+        return "per-sample" if self.block_size == 1 else f"runs of {self.block_size}"
+
     def __len__(self) -> int:
         """Pairs this rank reads per epoch (all its workers together)."""
         n = self.pairs

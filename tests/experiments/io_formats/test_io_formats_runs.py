@@ -87,9 +87,12 @@ def test_config_rejects_bad_values():
         IoFormatsConfig.from_dict({"workers": []})
     with pytest.raises(ConfigError, match="read_order"):
         IoFormatsConfig.from_dict({"read_order": "sideways"})
-    from hpcbench.data.readers.base import ORDERS
-    from hpcbench.experiments.io_formats.config import READ_ORDERS
+    from hpcbench.data.readers.base import JPEG_DECODES as READER_DECODES, ORDERS
+    from hpcbench.experiments.io_formats.config import JPEG_DECODES, READ_ORDERS
     assert READ_ORDERS == ORDERS  # the config names the readers' orders without importing torch
+    assert JPEG_DECODES == READER_DECODES  # and their decodes
+    with pytest.raises(ConfigError, match="jpeg_decode"):
+        IoFormatsConfig.from_dict({"jpeg_decode": "fast"})
     with pytest.raises(ConfigError, match="read_order.*decode = false"):
         IoFormatsConfig.from_dict({"read_order": "runs"})          # decode is on by default
     with pytest.raises(ConfigError, match="read_order.*worker_batching"):
