@@ -62,14 +62,14 @@ def pytest_sessionfinish(session, exitstatus):
 CLUSTER_FIXTURE = "emulated_cluster"
 #: The same for the cluster with stand-in GPUs (tests/cluster_fixtures.py), which takes the session one's place.
 GRES_CLUSTER_FIXTURE = "gres_cluster"
-#: Local test files that the cluster lane runs too, to even the two lanes out: alone, the cluster lane ended
-#: 6 min before the local one (877 s against 1,248 s, 2026-12-02). Picked by `make test-census`'s wall times
-#: (~135 s one after another); none shares a session fixture (the toy runs, the demo run) with the local lane.
-#: On 2026-12-03 the local lane still ended 71 s after the cluster lane (871 s against 800 s): test_checkpoint
-#: and test_srun_ranks (~35 s in the local lane) moved over.
+#: Local test files that the cluster lane runs too, to even the two lanes out (alone, the cluster lane ends
+#: minutes before the local one). Picked by the lanes' wall times (`make test-census`, results/test-lanes/*.xml)
+#: so that neither lane ends long before the other; none shares a session fixture (the toy runs, the demo
+#: run) with the local lane. The lanes' timings are in the dated pages under reports/.
 CLUSTER_LANE_COMPANIONS = ("tests/test_suite.py", "tests/test_verdict.py", "tests/test_runner_signals.py",
                            "tests/test_gpu_check.py", "tests/test_new_experiment.py", "tests/test_compression.py",
-                           "tests/test_report.py", "tests/test_checkpoint.py", "tests/test_srun_ranks.py")
+                           "tests/test_report.py", "tests/test_checkpoint.py", "tests/test_srun_ranks.py",
+                           "tests/test_publish.py", "tests/test_doctor.py")
 
 
 def pytest_collection_modifyitems(config, items):

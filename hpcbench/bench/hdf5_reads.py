@@ -16,13 +16,15 @@ this disk: /tmp may be a tmpfs, where "cold" means nothing):
   (``block_size=1``: every pair shuffled on its own, the same read kind and read ahead);
 * ImageNet-like JPEGs in HDF5 shards (``--shard-size``), read by
   :class:`hpcbench.data.readers.hdf5.HDF5Dataset` as zero-copy batches of 128 (``batch_in_worker``:
-  each sample ``preadv``-ed from the file straight into its batch's tensor), with block reads
-  (``block_bytes``, the per-sample default) and sample by sample (``block_bytes = 0``, the former path).
+  each sample ``preadv``-ed from the file straight into its batch's tensor), as runs of neighbouring
+  samples each read in one call (``order="runs"``), with block reads (``block_bytes``, the per-sample
+  default) and sample by sample (``block_bytes = 0``, the former path).
 
 Every row and ratio states its order: ``runs of K`` (weather blocks of K consecutive pairs shuffled as units,
-the pairs shuffled inside each: a batch holds neighbours) or ``per-sample`` (weather pairs one by one; every
-image path: each sample its own unit in a shuffle buffer of 64 samples over shuffled shards). Each weather
-block path is set beside its per-pair twin: what the coarser order buys, read for read.
+the pairs shuffled inside each: a batch holds neighbours; the images' runs of 32 neighbouring samples) or
+``per-sample`` (weather pairs one by one; the other image paths: each sample its own unit in a shuffle buffer
+over shuffled shards). Each runs path is set beside its per-sample twin: what the coarser order buys, read
+for read.
 
 Each reader runs alone (one process, no DataLoader, raw data: no JPEG decoding, shards
 checked by size, shuffled) for one epoch, and every sample must arrive exactly once. The reader
@@ -210,9 +212,9 @@ def subjects(weather_dir: Path, hdf5: Path, block_sizes: list[int]) -> list[Subj
     pairs = WeatherDataset(weather_dir, verify="size").pairs
     images = load_manifest(hdf5)[0].samples
 
-    def image_reader(block_bytes: int, batch: int | None = None) -> Callable[[], HDF5Dataset]:
+    def image_reader(block_bytes: int, batch: int | None = None, order: str = "samples") -> Callable[[], HDF5Dataset]:
         def make() -> HDF5Dataset:
-            ds = HDF5Dataset(hdf5, decode=False, verify="size", seed=0, batch_in_worker=batch)
+            ds = HDF5Dataset(hdf5, decode=False, verify="size", seed=0, batch_in_worker=batch, order=order)
             ds.block_bytes = block_bytes
             return ds
         return make
@@ -236,6 +238,11 @@ def subjects(weather_dir: Path, hdf5: Path, block_sizes: list[int]) -> list[Subj
     return [
         *(weather(*spec) for spec in specs),
         *(weather(*spec, target=False) for spec in twins if spec not in specs),
+        # runs of neighbouring samples, each read in one call into the batch: the images' coarser order,
+        # beside its per-sample twin (the zero-copy batches)
+        Subject("images", f"zero-copy runs, batches of {IMAGE_BATCH}", i_files,
+                image_reader(HDF5Dataset.block_bytes, IMAGE_BATCH, order="runs"), images, True,
+                twin=f"zero-copy batches of {IMAGE_BATCH}"),
         Subject("images", f"zero-copy batches of {IMAGE_BATCH}", i_files,
                 image_reader(HDF5Dataset.block_bytes, IMAGE_BATCH), images, True),
         Subject("images", f"block (<= {HDF5Dataset.block_bytes >> 20} MiB/read)", i_files,
