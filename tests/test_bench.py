@@ -129,13 +129,14 @@ def test_a_benchmark_runs_end_to_end_and_prints_its_result_as_one_json_object(tm
     assert result["params"]["steps"] == 16 and result["params"]["cache"] == "cold,warm"
     # 5 weather block paths (block sizes 4, 8; the default size without read-ahead, as HDF5 calls with and
     # without), their 4 per-pair twins (direct or HDF5 calls, with read-ahead or without: the naive one among
-    # them) and 3 image paths, each in 2 cache states; each row states its order
-    assert len(result["rows"]) == 24 and {r["cache"] for r in result["rows"]} == {"cold", "warm"}
-    assert {r["order"] for r in result["rows"]} == {"runs of 4", "runs of 8", "runs of 16", "per-sample"}
+    # them) and 4 image paths (runs of 32 and 3 per-sample ones), each in 2 cache states; each row states its order
+    assert len(result["rows"]) == 26 and {r["cache"] for r in result["rows"]} == {"cold", "warm"}
+    assert {r["order"] for r in result["rows"]} == {"runs of 4", "runs of 8", "runs of 16", "runs of 32",
+                                                    "per-sample"}
     ratios = result["ratios"]
-    # each path against the sequential read and against cat; each block path against its per-pair twin
+    # each path against the sequential read and against cat; each runs path against its per-sample twin
     twins = [r for r in ratios if "its per-sample twin" in r["name"]]
-    assert len(twins) == 2 * 5 and len(ratios) == 2 * len(result["rows"]) + len(twins)
+    assert len(twins) == 2 * 6 and len(ratios) == 2 * len(result["rows"]) + len(twins)
     assert all(math.isfinite(r["value"]) and r["value"] >= 0 for r in ratios), ratios
     # cat's time has its start-up subtracted, which at toy size can leave nothing (a share of 0); the plain
     # sequential read is timed whole, so every share of it is a positive figure
