@@ -11,6 +11,8 @@ Missing root/SLURM/munge/iproute2 skips locally and fails in CI (``missing()``).
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from hpcbench.cluster import ClusterSpec, check_prerequisites, cluster_down, cluster_up
@@ -58,17 +60,25 @@ def gres_cluster():
     the module runs and brings the session cluster back afterwards if it was up (its ClusterInfo
     stays valid: same state dir, same slurm.conf).
     """
+    require_cluster_prerequisites()
+    with taking_over_the_session_cluster(ClusterSpec(nodes=2, link_rate="1gbit", link_delay="0ms",
+                                                     state_dir=GRES_STATE_DIR, gpus_per_node=GRES_GPUS_PER_NODE)) as info:
+        yield info
+
+
+@contextlib.contextmanager
+def taking_over_the_session_cluster(spec: ClusterSpec):
+    """A cluster of ``spec`` in the session cluster's place (one machine holds one: ``cluster_up`` takes the
+    names over), taken down afterwards and the session cluster brought back if it was up; its ClusterInfo
+    stays valid (same state dir, same slurm.conf)."""
     from hpcbench.cluster import load_cluster
     from hpcbench.cluster.host_commands import ClusterError
 
-    require_cluster_prerequisites()
     try:
         load_cluster(SESSION_STATE_DIR)
         session_was_up = True
     except ClusterError:
         session_was_up = False
-    spec = ClusterSpec(nodes=2, link_rate="1gbit", link_delay="0ms", state_dir=GRES_STATE_DIR,
-                       gpus_per_node=GRES_GPUS_PER_NODE)
     try:
         yield cluster_up(spec)
     finally:

@@ -121,7 +121,7 @@ JPEG_DECODES = ("scaled", "full")
 #: mean size and of a few times it). The DCT-domain reduction low-passes what the antialiased resize would have
 #: low-passed anyway; the two filters' shapes differ, which moves fine texture by a few levels of 255, most
 #: where a 1/4 decode lands just above the target. The bounds sit above the worst image of the generated sets
-#: (their figures: the dated report of issue 43 under reports/) with room for other libjpeg-turbo builds, and
+#: (the measured worst cases are on the dated pages under reports/) with room for other libjpeg-turbo builds, and
 #: below what a wrong decode gives (channels swapped, the grid shifted by a pixel, a scale far too coarse: the
 #: test checks those too). Smaller targets, reached at 1/4 or 1/8 more often, differ more.
 SCALED_DECODE_CHECKED_AT = 224

@@ -101,7 +101,8 @@ PERMUTATION = "per-sample (global permutation)"
 SPEEDUP_TARGET = 3.0
 DISK_SHARE_TARGET = 0.60
 WARM_SHARE_TARGET = 0.50
-#: The scaled decode against the plain PIL recipe in the same workers (issue 43).
+#: The scaled decode against the plain PIL recipe in the same workers: decoding at the smallest DCT scale that
+#: covers the target must at least halve what a user's plain `Image.open(...).resize(...)` loader costs.
 SCALED_DECODE_TARGET = 2.0
 #: A run of seconds for tests/test_bench.py: every path of the benchmark at toy size; its figures mean nothing.
 #: One mode: the others differ only in the reader's options, and each mode starts a worker per format and path.

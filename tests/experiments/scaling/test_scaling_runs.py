@@ -16,7 +16,7 @@ import os
 import nbformat
 import pandas as pd
 import pytest
-from cluster_fixtures import SESSION_STATE_DIR, require_cluster_prerequisites, session_cluster_spec
+from cluster_fixtures import require_cluster_prerequisites, taking_over_the_session_cluster
 from conftest import execute_notebook
 
 from hpcbench.core.results import expand_labels, find_record_files, read_records
@@ -70,32 +70,23 @@ def test_notebook_stops_before_stage_two_when_the_gate_fails_at_stage_one(tmp_pa
 def four_node_run(tmp_path_factory):
     """Stages 1, 2, 4 as one SLURM job on a 4-node emulated cluster; the session's cluster is restored after."""
     require_cluster_prerequisites()
-    from hpcbench.cluster import ClusterError, ClusterSpec, cluster_down, cluster_up, load_cluster
+    from hpcbench.cluster import ClusterSpec
     from hpcbench.run.runner import run_suite
     from hpcbench.run.suite import parse_suite
 
-    try:
-        load_cluster(SESSION_STATE_DIR)
-        session_was_up = True
-    except ClusterError:
-        session_was_up = False
     saved = dict(os.environ)
     spec = ClusterSpec(nodes=4, link_rate="1gbit", link_delay="0ms", state_dir=FOUR_NODES_STATE_DIR)
     try:
-        cluster_down(SESSION_STATE_DIR)
-        info = cluster_up(spec)
-        os.environ.update(info.env())
-        run_dir = tmp_path_factory.mktemp("scaling") / "run"
-        suite = parse_suite({"name": "s", "tasks": [{"experiment": "scaling",
-                                                     "params": {**TINY, "gate_limits": LENIENT}}]})
-        (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
-        nodes = [n.name for n in info.nodes]
+        with taking_over_the_session_cluster(spec) as info:
+            os.environ.update(info.env())
+            run_dir = tmp_path_factory.mktemp("scaling") / "run"
+            suite = parse_suite({"name": "s", "tasks": [{"experiment": "scaling",
+                                                         "params": {**TINY, "gate_limits": LENIENT}}]})
+            (status,) = run_suite(suite, run_dir, backend="slurm", progress=False)
+            nodes = [n.name for n in info.nodes]
     finally:
         os.environ.clear()
         os.environ.update(saved)
-        cluster_down(FOUR_NODES_STATE_DIR)
-        if session_was_up:
-            cluster_up(session_cluster_spec())
     assert status.state == "done", status.error
     df = pd.concat([read_records(p) for p in find_record_files(run_dir / "tasks")], ignore_index=True)
     return df, nodes
