@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.dist.binding import BIND_ENV
 from hpcbench.run.backends import BACKENDS
 from hpcbench.run.backends.base import RunContext
 from hpcbench.run.execute import check_kernel
@@ -149,10 +150,6 @@ def _run_tasks(suite: Suite, run_dir: Path, *, backend: str, jobs: int | None, p
     return statuses
 
 
-#: The variable every rank reads its bind mode from (hpcbench.dist.binding.BIND_ENV; run may not import dist).
-_BIND_ENV = "HPCBENCH_BIND"
-
-
 @contextlib.contextmanager
 def _binding(mode: str | None) -> Iterator[None]:
     """$HPCBENCH_BIND set to the suite's ``bind`` while its tasks run: local tasks inherit it, and sbatch
@@ -160,15 +157,15 @@ def _binding(mode: str | None) -> Iterator[None]:
     if mode is None:
         yield
         return
-    saved = os.environ.get(_BIND_ENV)
-    os.environ[_BIND_ENV] = mode
+    saved = os.environ.get(BIND_ENV)
+    os.environ[BIND_ENV] = mode
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop(_BIND_ENV, None)
+            os.environ.pop(BIND_ENV, None)
         else:
-            os.environ[_BIND_ENV] = saved
+            os.environ[BIND_ENV] = saved
 
 
 @dataclass

@@ -58,7 +58,6 @@ LAYOUT_PLACEHOLDERS = {"{nodes}": "nodes", "{gpus_per_node}": "gpus_per_node"}
 #: size would not run in seconds, nor fit the toy's other values), its backend included: ``auto``, NCCL
 #: with a GPU per rank, gloo on CPU stand-ins.
 TOY_KEEPS = ("nodes", "ranks_per_node", "regime", "link_regime")
-_BIND_MODES = ("none", "plan")  # hpcbench.dist.binding.BIND_MODES (run may not import dist)
 _TASK_KEYS = {"task_id", "experiment", "variant", "repetition", "params"}  # TaskSpec's fields, in suite.json
 
 #: Repetitions of one variant. Launch-to-launch spread needs 5-30; more than this is a typo
@@ -238,9 +237,7 @@ def parse_suite(data: Any, source: str = "<suite>", *, layout: Layout | None = N
                          "--layout NODESxGPUS_PER_NODE, e.g. 4x8 (hpcbench doctor prints this cluster's)")
     if layout is not None:
         data = {**data, "tasks": _fill(data.get("tasks"), layout)}
-    bind = data.get("bind")
-    if bind is not None and bind not in _BIND_MODES:
-        raise SuiteError(f"{source}: bind {bind!r} must be one of {list(_BIND_MODES)}")
+    bind = _bind(data.get("bind"), source)
     name = _suite_name(data.get("name"), source)
     suite_repeat = _repeat(data.get("repeat", 1), f"{source}: repeat")
     entries = data.get("tasks")
@@ -359,9 +356,7 @@ def suite_from_dict(data: Any, source: str) -> Suite:
         except ConfigError as exc:
             raise SuiteError(f"{where} ({task_id}): {exc}") from None
         tasks.append(TaskSpec(task_id, exp.name, variant, rep, config.to_dict()))
-    bind = data.get("bind")
-    if bind is not None and bind not in _BIND_MODES:
-        raise SuiteError(f"{source}: bind {bind!r} must be one of {list(_BIND_MODES)}")
+    bind = _bind(data.get("bind"), source)
     return Suite(name=name, description=str(data.get("description", "")), tasks=tasks,
                  source=str(data.get("source", "")),
                  oversubscribe=_flag(data.get("oversubscribe", False), f"{source}: oversubscribe"), bind=bind)
@@ -382,6 +377,15 @@ def _suite_name(value: Any, source: str) -> str:
         origin = "" if value not in (None, "") else " (taken from the file name; set 'name:')"
         raise SuiteError(f"{source}: suite name {name!r}{origin} {_NAME_RULE}; it names the run dir")
     return name
+
+
+def _bind(value: Any, source: str) -> str | None:
+    """The suite's ``bind``: None (the caller's $HPCBENCH_BIND), or a mode every rank knows."""
+    from hpcbench.dist.binding import BIND_MODES  # here: the binding module is not needed to list suites
+
+    if value is not None and value not in BIND_MODES:
+        raise SuiteError(f"{source}: bind {value!r} must be one of {list(BIND_MODES)}")
+    return value
 
 
 def _flag(value: Any, where: str) -> bool:
