@@ -156,22 +156,25 @@ def run_bench(args: argparse.Namespace, bench: ModuleType) -> BenchResult:
     return result
 
 
-def cluster_benches() -> list[str]:
-    """Experiments whose ``bench.py`` describes a cluster benchmark (it defines ``suite_from``)."""
-    from hpcbench.bench.registry import CLUSTER_RUNNER, experiment_benchmarks
+def cluster_benches() -> dict[str, str]:
+    """Benchmark name -> module of every experiment's cluster benchmark, as the registry found them (once)."""
+    from hpcbench.bench.registry import BENCHMARKS, CLUSTER_RUNNER
 
-    return [module.split(".")[-2] for _, module, runner in experiment_benchmarks() if runner == CLUSTER_RUNNER]
+    return {name: BENCHMARKS.get(name).module for name in BENCHMARKS.names()
+            if BENCHMARKS.get(name).runner == CLUSTER_RUNNER}
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """``EXPERIMENT`` and its options: one sub-command per cluster benchmark, so that
     ``hpcbench bench cluster-task EXPERIMENT --help`` lists that experiment's options and the cluster's."""
+    benches = cluster_benches()
     sub = ap.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT",
-                            help=f"an experiment with a cluster benchmark: {', '.join(cluster_benches())}")
-    for experiment in cluster_benches():
-        bench = importlib.import_module(f"hpcbench.experiments.{experiment}.bench")
+                            help=f"an experiment with a cluster benchmark: {', '.join(benches)}")
+    for name, module in benches.items():
+        bench = importlib.import_module(module)
         # comm-modes or comm_modes: the benchmark's name or the experiment's
-        aliases = [experiment.replace("_", "-")] if "_" in experiment else []
+        experiment = module.split(".")[-2]
+        aliases = [name] if name != experiment else []
         p = sub.add_parser(experiment, aliases=aliases, help=(bench.__doc__ or "").split("\n")[0],
                            description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
         add_bench_arguments(p, bench)

@@ -185,8 +185,8 @@ def run(args: argparse.Namespace) -> BenchResult:
 
     with disk_scratch(args.root, "bench-shard-reads-") as root:
         folders = prepare(root, args.images, args.shard_size)
-        paths = {"zero-copy runs": {"batch_in_worker": args.batch, "order": "runs", "run_samples": args.run_samples},
-                 "zero-copy batches": {"batch_in_worker": args.batch}, "per sample": {}}
+        paths = {RUNS: {"batch_in_worker": args.batch, "order": "runs", "run_samples": args.run_samples},
+                 TWIN: {"batch_in_worker": args.batch}, "per sample": {}}
         subjects = []  # (format, path, files, one epoch: number -> (wall s, CPU s), ours, order)
         for fmt, folder in folders.items():
             files = shard_paths(*load_manifest(folder))

@@ -69,6 +69,7 @@ from hpcbench.core.errors import ConfigError, HpcbenchError
 from hpcbench.data.generators.images import ImageSpec, make_images
 from hpcbench.data.manifest import load_manifest, shard_paths
 from hpcbench.data.page_cache import cat_read, evict, prepare_cache, sequential_read
+from hpcbench.data.readers import JPEG_DECODES as DECODES
 from hpcbench.data.readers import loader_options, open_dataset
 from hpcbench.data.scratch import disk_scratch
 from hpcbench.data.writers import convert
@@ -79,7 +80,6 @@ MODES = {"storage": dict(decode=False, verify="size"),
          "storage+sha256": dict(decode=False, verify="sha256"),
          "decoded": dict(decode=True, verify="size", image_size=224)}
 #: How a decoding mode decodes, each reader path both ways in the same rounds (the readers' ``jpeg_decode``).
-DECODES = ("scaled", "full")
 #: The DataLoader's prefetch_factor in every timed epoch.
 PREFETCH = 2
 #: Each loading path's reader options, given the batch size.
@@ -121,8 +121,8 @@ class PilFolder(Dataset):
     ``Image.open(f).convert("RGB").resize((s, s))`` (PIL's default filter, bicubic)."""
 
     def __init__(self, folder: Path, image_size: int, resize: str = "torchvision"):
-        if resize not in ("torchvision", "pil"):
-            raise ConfigError(f"{resize!r}; allowed: 'torchvision', 'pil'", field="resize")
+        if resize not in PIL_REFERENCES.values():
+            raise ConfigError(f"{resize!r}; allowed: {', '.join(map(repr, PIL_REFERENCES.values()))}", field="resize")
         manifest, root = load_manifest(folder)
         self.paths = [root / s.path for s in manifest.shards]
         self.labels = [s.label for s in manifest.shards]
@@ -162,14 +162,6 @@ def pil_epoch(loader: DataLoader) -> float:
     for _ in loader:
         pass
     return time.perf_counter() - t0
-
-
-def pil_folder_epochs(folder: Path, *, image_size: int, workers: int, batch_size: int, rounds: int,
-                      resize: str = "torchvision") -> list[float]:
-    """Seconds per epoch of :class:`PilFolder` over ``folder``, ``rounds`` epochs (:func:`pil_folder_loader`)."""
-    loader = pil_folder_loader(folder, image_size=image_size, workers=workers, batch_size=batch_size,
-                               resize=resize)
-    return [pil_epoch(loader) for _ in range(rounds)]
 
 
 def prepare(root: Path, images: int, classes: int, shard_bytes: int) -> dict[str, Path]:

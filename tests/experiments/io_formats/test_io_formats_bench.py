@@ -12,7 +12,7 @@ from data_fixtures import SPEC, image_sets  # noqa: F401
 from hpcbench.data.manifest import load_manifest
 from hpcbench.data.readers import decode_jpeg
 from hpcbench.experiments.io_formats import bench
-from hpcbench.experiments.io_formats.bench import PilFolder, pil_folder_epochs
+from hpcbench.experiments.io_formats.bench import PilFolder
 
 # torchvision 0.29 deprecates its JPEG decoder (torchcodec is not in the tested set); it still works.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
@@ -33,7 +33,8 @@ def test_the_pil_baseline_decodes_the_readers_pixels_with_the_manifests_labels(i
 
 def test_the_pil_baseline_times_each_epoch_through_persistent_workers(image_sets):
     # A sanity check of the timing loop: the baseline's dataset crosses to a worker and every round is timed.
-    walls = pil_folder_epochs(image_sets["files"], image_size=32, workers=1, batch_size=8, rounds=2)
+    loader = bench.pil_folder_loader(image_sets["files"], image_size=32, workers=1, batch_size=8)
+    walls = [bench.pil_epoch(loader) for _ in range(2)]
     assert len(walls) == 2 and all(w > 0 for w in walls)
 
 
