@@ -293,7 +293,6 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from hpcbench.report import build_report
     from hpcbench.report.report_folder import describe_report
-    from hpcbench.report.report_json import UnreadableInputs
 
     if args.compare:
         return _compare_reports(args)
@@ -310,12 +309,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             "interface": args.dask_slurm_interface or "",
             "scheduler_interface": args.dask_slurm_scheduler_interface or "",
             "sbatch_options": _backend_options(args), "start_timeout_s": args.dask_slurm_timeout})
-    try:
-        path = build_report(args.run_dirs, out, scheduler=args.scheduler, dask_slurm=dask_slurm, traces=args.traces,
-                            allow_unreadable=args.allow_unreadable)
-    except UnreadableInputs as exc:  # incomplete data, not bad input: exit 1
-        print(f"hpcbench: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    path = build_report(args.run_dirs, out, scheduler=args.scheduler, dask_slurm=dask_slurm, traces=args.traces,
+                        allow_unreadable=args.allow_unreadable)
     print(f"report: {describe_report(path.resolve())}")
     return 0
 
@@ -337,15 +332,10 @@ def _compare_reports(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from hpcbench.report.publish import publish_report
-    from hpcbench.report.report_json import UnreadableInputs
 
     site = Path(args.to)
-    try:
-        publication = publish_report(Path(args.report_dir), site, replace_existing=args.replace,
-                                     allow_unreadable=args.allow_unreadable)
-    except UnreadableInputs as exc:  # incomplete data, not bad input: exit 1
-        print(f"hpcbench: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    publication = publish_report(Path(args.report_dir), site, replace_existing=args.replace,
+                                 allow_unreadable=args.allow_unreadable)
     print(f"published: {(site / publication.slug / 'index.html').resolve()}")
     print(f"site index: {(site / 'index.html').resolve()}")
     return 0
@@ -663,7 +653,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except HpcbenchError as exc:
         print(f"hpcbench: error: {exc}", file=sys.stderr)
-        return 2
+        # 2: bad input, refused before anything ran; an error that means otherwise says so (unreadable inputs: 1)
+        return getattr(exc, "exit_code", 2)
     except RunInterrupted as exc:
         # The run stopped cleanly (every process of it ended, tasks marked); say where it stands.
         if exc.run_dir is not None:

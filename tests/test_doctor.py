@@ -26,7 +26,7 @@ from synthetic import launches, noisy
 
 from hpcbench.cli import main
 from hpcbench.experiments import EXPERIMENTS
-from hpcbench.judge.applicability import CONDITIONS, SLOW_LINK, nodes_of, requires
+from hpcbench.judge.applicability import SLOW_LINK, nodes_of, requires
 from hpcbench.report.ledger import evaluate_claim
 from hpcbench.run.doctor import auto_backend, doctor, gres_gpus, write_job
 from hpcbench.system.facts import mount_of
@@ -302,7 +302,6 @@ def test_each_declared_requirement_belongs_to_a_claim_its_experiment_rules_on():
         assert set(claims.applicability) <= set(claims.rules), name
         declared.update({cid: req for cid, req in claims.applicability.items()})
     assert {"C2", "C3", "C4", "C5", "C7", "C8", "C9", "C10", "C11", "C13", "C14", "C17"} <= set(declared)
-    assert all(c.name in CONDITIONS for req in declared.values() for c in req.conditions)
 
 
 def test_conditions_read_facts_the_way_rules_record_them():
@@ -312,7 +311,7 @@ def test_conditions_read_facts_the_way_rules_record_them():
     assert SLOW_LINK.why_not({"cluster": "SLURM, 2 node(s)", "params": {"nodes": 2}}) is None
     assert nodes_of({"params": float("nan")}) == 1
     both = requires("infiniband", "nccl")
-    assert [c.name for c, _ in both.missing({"infiniband": "absent", "backend": "gloo"})] == ["infiniband", "nccl"]
+    assert both.why_not({"infiniband": "absent", "backend": "gloo"}).startswith("no active InfiniBand port")
     assert both.why_not({"infiniband": "present", "backend": "gloo"}) == "ran on gloo"
     assert requires("lustre").why_not({"storage.filesystem": float("nan")}) == "the data was on unknown"
     assert requires("storage_write").why_not({"storage.filesystem": "tmpfs at /dev/shm"}).endswith("in memory")

@@ -156,7 +156,7 @@ def test_srun_gives_each_task_the_plans_gpu_only_where_the_job_holds_gpus(monkey
 
 
 def test_a_refused_submission_names_the_request_and_slurms_reason_in_one_line(tmp_path, monkeypatch):
-    from hpcbench.run.backends.slurm import SlurmBackend, SlurmError
+    from hpcbench.run.backends.slurm import SlurmError, submit
 
     script = tmp_path / "task.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --job-name=hpcb-x\n#SBATCH --nodes=2\n#SBATCH --exclusive\n"
@@ -168,7 +168,7 @@ def test_a_refused_submission_names_the_request_and_slurms_reason_in_one_line(tm
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     with pytest.raises(SlurmError) as err:
-        SlurmBackend()._submit(script)
+        submit(script)
     assert str(err.value) == ("SLURM refused the job (--job-name=hpcb-x --nodes=2 --exclusive --gres=gpu:9): Batch job "
                               f"submission failed: Requested node configuration is not available (script {script})")
 

@@ -93,10 +93,6 @@ class Requirement:
 
     __call__ = why_not  # a requirement is what ``judge_comparisons(..., applies=)`` asks
 
-    def missing(self, facts: Facts) -> list[tuple[Condition, str]]:
-        """Every failing condition with its reason, in declaration order (the preflight lists them all)."""
-        return [(c, why) for c in self.conditions if (why := c.why_not(facts)) is not None]
-
     def needs(self) -> str:
         """What the platform must offer, every condition's ``needs`` joined."""
         return ", ".join(c.needs for c in self.conditions) or "nothing of the platform"

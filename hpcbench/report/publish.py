@@ -48,7 +48,7 @@ from hpcbench.core.errors import HpcbenchError
 from hpcbench.present.kit import slug as text_slug
 from hpcbench.report.claim_history import claim_history, render_claims_page
 from hpcbench.report.report_folder import INDEX_HTML, REPORT_JSON, report_files, swap_in
-from hpcbench.report.report_json import (DIFFERS, UnreadableInputs, check_report_json, read_json_object,
+from hpcbench.report.report_json import (DIFFERS, UnreadableInputs, read_json_object, read_report_json,
                                          report_manifest, utc_stamp, write_report_manifest)
 from hpcbench.report.templates import page_template
 
@@ -99,7 +99,7 @@ def read_report_manifest(report_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise HpcbenchError(f"{path}: missing; this report predates report.json, rebuild it with "
                             "`hpcbench report`")
-    return check_report_json(read_json_object(path, REPORT_JSON), path)
+    return read_report_json(path)
 
 
 def check_readable_inputs(report: Path, manifest: Mapping[str, Any]) -> None:
@@ -235,7 +235,7 @@ def render_claims(site_dir: str | Path, publications: Sequence[Publication], *,
     for p in newest_first(publications):
         path = site / p.slug / REPORT_JSON
         try:
-            readable.append((p, check_report_json(read_json_object(path, REPORT_JSON), path)))
+            readable.append((p, read_report_json(path)))
         except HpcbenchError as exc:
             # Named by its place in the site: the page is served, the publisher's path is private.
             skipped.append(f"{p.slug}/{REPORT_JSON}: {str(exc).removeprefix(f'{path}: ')}")

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 from hpcbench.core.errors import ConfigError, HpcbenchError
 from hpcbench.core.units import approx_bytes
-from hpcbench.experiments import EXPERIMENTS, Resources, all_claims
+from hpcbench.experiments import EXPERIMENTS, Resources, all_claims, declaring_experiment
 from hpcbench.judge.applicability import DATA, RUN_DIR, Requirement
 from hpcbench.system.facts import launch_facts
 from hpcbench.system.inventory import Probe
@@ -151,10 +151,9 @@ def _needs(resources: Resources) -> str:
 
 def judge_claims(here: LaunchHere) -> list[dict[str, Any]]:
     """Per claim C1..C17: can this platform rule on it, and if not, why (module docstring, step 3)."""
-    owner = {c.id: name for name in EXPERIMENTS.names() for c in EXPERIMENTS.get(name).claims.declared}
     out = []
     for claim in all_claims():
-        exp = EXPERIMENTS.get(owner[claim.id])
+        exp = EXPERIMENTS.get(declaring_experiment(claim.id))
         resources = exp.resources(exp.config())
         requirement: Requirement | None = exp.claims.applicability.get(claim.id)
         conditions, reasons = [], []

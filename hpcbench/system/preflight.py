@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 from hpcbench.affinity.topology import NodeTopology, format_cpulist, read_topology
 from hpcbench.core.errors import HpcbenchError
+from hpcbench.judge.applicability import IN_MEMORY_FILESYSTEMS
 from hpcbench.system.facts import mount_of
 from hpcbench.system.inventory import (ABSENT, CommandError, InventoryItem, Probe, collect_inventory,
                                        nvidia_smi_gpus)
@@ -66,7 +67,6 @@ NCCL_LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", 
 #: File system types by what they are to a training job.
 _NETWORK_FS = {"lustre": "Lustre", "gpfs": "GPFS (Storage Scale)", "nfs": "NFS", "nfs4": "NFS",
                "beegfs": "BeeGFS", "wekafs": "WekaFS", "cephfs": "CephFS", "fuse.weka": "WekaFS"}
-_MEMORY_FS = ("tmpfs", "ramfs")
 
 
 def unavailable(why: str) -> str:
@@ -219,7 +219,7 @@ def filesystem_kind(fstype: str, device: str, slaves: Iterable[str] = ()) -> str
     fstype = fstype.lower()
     if fstype in _NETWORK_FS:
         return _NETWORK_FS[fstype]
-    if fstype in _MEMORY_FS:
+    if fstype in IN_MEMORY_FILESYSTEMS:
         return "memory (tmpfs)"
     if fstype == "overlay":
         return "overlay (a container's)"

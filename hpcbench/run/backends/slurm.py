@@ -158,9 +158,9 @@ def submit(script: Path) -> str:
     return proc.stdout.strip().split(";")[0]
 
 
-def cancel(job_id: str) -> None:
-    """``scancel`` a job; its answer is not checked (the job may have ended meanwhile)."""
-    _client(["scancel", job_id], check=False)
+def cancel(*job_ids: str) -> None:
+    """``scancel`` jobs; its answer is not checked (a job may have ended meanwhile)."""
+    _client(["scancel", *job_ids], check=False)
 
 
 def squeue_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
@@ -334,7 +334,7 @@ class SlurmBackend(Backend):
                 script.write_text(render_template("array.sbatch.template", {
                     **base, "directives": after(previous), "job_name": name, "last_index": str(len(local) - 1),
                     "concurrency": f"%{jobs}" if jobs else "", "manifest": shlex.quote(str(manifest))}))
-                job = previous = self._submit(script)
+                job = previous = submit(script)
                 ctx.stop.cancel_commands.append(["scancel", job])
                 for i, t in enumerate(local):
                     submitted[t.task_id] = f"{job}_{i}"
@@ -349,7 +349,7 @@ class SlurmBackend(Backend):
                 script.write_text(render_template("multinode.sbatch.template", {
                     **base, "directives": after(previous), "job_name": name, "nodes": str(nodes), "index": "0",
                     "manifest": shlex.quote(str(manifest))}))
-                job = previous = self._submit(script)
+                job = previous = submit(script)
                 ctx.stop.cancel_commands.append(["scancel", job])
                 submitted[t.task_id] = job
                 logs[t.task_id] = str(log_dir / f"{name}-{job}.out")
@@ -358,7 +358,7 @@ class SlurmBackend(Backend):
             # for this run would otherwise run with nobody polling them.
             jobs_in = sorted({j.split("_")[0] for j in submitted.values()})
             if jobs_in:
-                _client(["scancel", *jobs_in], check=False)
+                cancel(*jobs_in)
             raise
         write_json_atomic(slurm_dir / f"submission-{attempt}.json",
                           {"jobs": submitted, "logs": logs, "options": options})
@@ -369,9 +369,6 @@ class SlurmBackend(Backend):
         ctx.progress.say(f"submitted {len(local)} array element(s) and {len(multi)} multi-node job(s); "
                          f"scripts in {slurm_dir}")
         return self._poll(tasks, run_dir, submitted, logs, ctx, retry_reasons)
-
-    def _submit(self, script: Path) -> str:
-        return submit(script)
 
     def _poll(self, tasks: list[TaskSpec], run_dir: Path, submitted: dict[str, str], logs: dict[str, str],
               ctx: RunContext, retry_reasons: dict[str, str] | None = None) -> list[TaskStatus]:
