@@ -21,7 +21,6 @@ The checks are pure functions of the numbers (:func:`rank_problem`, :func:`memor
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any, Callable, Sequence
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.core.registry import Registry
 from hpcbench.core.units import approx_bytes
+from hpcbench.system.facts import mem_available, usable_cores
 from hpcbench.experiments import EXPERIMENTS, Estimate, Resources, wants_gpu
 from hpcbench.run.suite import Suite, TaskSpec
 
@@ -187,20 +187,6 @@ def plan_run(suite: Suite, capacity: Capacity, *, oversubscribe: bool = False) -
 
 
 # -- reading the machine: the thin part -----------------------------------------------------
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask, which cgroups and taskset narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def mem_available(meminfo: str) -> int | None:
-    """``MemAvailable`` in bytes from the text of ``/proc/meminfo``; None when absent."""
-    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
-    return int(m.group(1)) * 1024 if m else None
-
 
 #: Where the GPU count comes from: the NVIDIA driver lists one folder per GPU it drives. Read without
 #: importing torch (seconds) or starting CUDA (a context on every device), and without NVML.

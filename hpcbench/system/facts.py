@@ -21,10 +21,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Mapping
 
 from hpcbench.core.facts import EMULATED_CLUSTER, EMULATED_NODES, ONE_MACHINE
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, which cgroups and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def mem_available(meminfo: str) -> int | None:
+    """``MemAvailable`` in bytes from the text of ``/proc/meminfo``; None when absent."""
+    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
 
 
 def _emulated_cluster(env: Mapping[str, str]) -> dict | None:

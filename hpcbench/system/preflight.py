@@ -37,7 +37,7 @@ from typing import Any, Iterable
 from hpcbench.affinity.topology import NodeTopology, format_cpulist, read_topology
 from hpcbench.core.errors import HpcbenchError
 from hpcbench.judge.applicability import IN_MEMORY_FILESYSTEMS
-from hpcbench.system.facts import mount_of
+from hpcbench.system.facts import mem_available, mount_of, usable_cores
 from hpcbench.system.inventory import (ABSENT, CommandError, InventoryItem, Probe, collect_inventory,
                                        nvidia_smi_gpus)
 
@@ -478,12 +478,6 @@ def _cpus(items: dict[str, InventoryItem], topo: NodeTopology | None, topo_why: 
     return out
 
 
-def _mem_available(probe: Probe) -> int | None:
-    text = probe.read("/proc/meminfo") or ""
-    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.M)
-    return int(m.group(1)) * 1024 if m else None
-
-
 def survey(probe: Probe, *, out_dir: str | os.PathLike, data_dir: str | os.PathLike | None = None,
            partition: str | None = None) -> dict[str, Any]:
     """What this node and its cluster offer, read through ``probe``.
@@ -506,8 +500,7 @@ def survey(probe: Probe, *, out_dir: str | os.PathLike, data_dir: str | os.PathL
     gpus = _gpus(probe, items, topo)
     mounts = probe.read("/proc/mounts")
     data = data_dir if data_dir is not None else out_dir
-    usable = (len(os.sched_getaffinity(0)) if is_live(probe) and hasattr(os, "sched_getaffinity")
-              else len(topo.cpus) if topo is not None else None)
+    usable = usable_cores() if is_live(probe) else len(topo.cpus) if topo is not None else None
     return {
         "host": _item_value(items.get("host.hostname")),
         "root": str(probe.root),
@@ -519,5 +512,5 @@ def survey(probe: Probe, *, out_dir: str | os.PathLike, data_dir: str | os.PathL
                         "data": _filesystem(probe, str(data), mounts)},
         "cpus": _cpus(items, topo, topo_why),
         "usable_cpus": usable,
-        "mem_available_bytes": _mem_available(probe),
+        "mem_available_bytes": mem_available(probe.read("/proc/meminfo") or ""),
     }
